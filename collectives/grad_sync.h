@@ -1,0 +1,93 @@
+// grad_sync.h: how a replica's gradients are all-reduced during a training step.
+//
+// Gradients of all parameters live in one flat buffer per replica, parameters in model order.
+// Modes (the DDP design space):
+//   per-param: one all-reduce per parameter tensor (d2l's loop over the parameter list);
+//   fused:     one all-reduce over the whole flat buffer;
+//   bucketed:  parameters grouped in reverse order (the order backward produces them, as PyTorch
+//              DDP does) into contiguous buckets of at most bucket_bytes (a parameter larger than
+//              the cap gets a bucket of its own).
+// Overlap: when on, each unit (parameter or bucket) is handed to the rank's communication thread
+// as soon as backward has produced all of its gradients, so communication runs while backward
+// goes on; when off, all units are reduced after backward, on the calling thread.
+#pragma once
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/allreduce.h"
+
+namespace dpb {
+
+enum class SyncMode { PerParam, Fused, Bucketed };
+SyncMode parse_sync_mode(const std::string& s);  // throws naming the value
+std::string to_string(SyncMode m);
+
+struct GradSyncConfig {
+  SyncMode mode = SyncMode::Fused;
+  bool overlap = false;
+  double bucket_mb = 25.0;  // MB = 1e6 bytes
+};
+
+struct Unit {  // a contiguous range of the flat gradient buffer, reduced by one collective call
+  size_t offset = 0, count = 0;
+  int first_param = 0, last_param = 0;  // inclusive range of parameter indices
+};
+
+// Units in launch order. param_sizes in model order (floats).
+std::vector<Unit> plan_units(const std::vector<size_t>& param_sizes, const GradSyncConfig& cfg);
+
+struct SyncTimes {
+  double comm_s = 0;     // time inside collective calls (on this rank)
+  double exposed_s = 0;  // time the compute thread waited for communication
+  long calls = 0;        // collective calls
+};
+
+class GradSync {
+ public:
+  // grads: this rank's flat gradient buffer on its device. One GradSync per rank.
+  GradSync(const GradSyncConfig& cfg, const std::vector<size_t>& param_sizes, AllReduce& ar,
+           Device& dev, int rank, float* grads);
+  ~GradSync();
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
+
+  void begin_step();
+  // Backward calls this once per parameter as its gradient is final (any order; normally reverse).
+  void grad_ready(int param);
+  // After backward: launches what is left, waits for all communication of this step.
+  void finish();
+  const SyncTimes& times() const { return times_; }
+  void reset_times() { times_ = {}; }
+  const std::vector<Unit>& units() const { return units_; }
+
+ private:
+  void launch(int unit);   // overlap: enqueue for the comm thread
+  void run_unit(int unit); // perform the collective for a unit
+  void comm_loop();
+
+  GradSyncConfig cfg_;
+  std::vector<Unit> units_;
+  std::vector<int> unit_of_param_;
+  std::vector<int> pending_;  // per unit: params not yet ready this step
+  AllReduce& ar_;
+  Device& dev_;
+  int rank_;
+  float* grads_;
+  SyncTimes times_;
+  int launched_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int> queue_;
+  int done_ = 0;
+  bool stop_ = false;
+  double comm_accum_ = 0;
+  std::thread comm_thread_;
+};
+
+}  // namespace dpb

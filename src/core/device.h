@@ -1,0 +1,149 @@
+// device.h: the small interface every backend implements (CPU: kernels/cpu, CUDA: kernels/cuda).
+//
+// A Device is one logical device (one rank). Models, the training loop, the all-reduce schedules,
+// bucketing and overlap are written once over this interface. All buffers are float32 in the
+// device's memory; shapes are NCHW, weights OIHW (conv) and (in, out) (dense, as in the d2l seed).
+// Labels live on the device as floats (exact for class ids).
+//
+// Streams: each device has a compute stream and a communication stream. Compute ops (everything
+// above "communication") run in order on the compute stream; comm_* ops run in order on the comm
+// stream. On the CPU backend both are synchronous on the calling thread (the comm "stream" is the
+// rank's communication thread when overlap is on); on CUDA they are real streams, and the event
+// calls below order them.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace dpb {
+
+enum class BackendKind { Cpu, Cuda };
+
+struct ConvShape {  // x (n, c, h, w) * w (k, c, r, s) -> y (n, k, oh, ow); bias (k)
+  int n = 0, c = 0, h = 0, w = 0, k = 0, r = 0, s = 0, pad = 0, stride = 1;
+  int oh() const { return (h + 2 * pad - r) / stride + 1; }
+  int ow() const { return (w + 2 * pad - s) / stride + 1; }
+  size_t x_size() const { return size_t(n) * c * h * w; }
+  size_t w_size() const { return size_t(k) * c * r * s; }
+  size_t y_size() const { return size_t(n) * k * oh() * ow(); }
+};
+
+struct PoolShape {  // average pooling, window win x win, given stride, no padding: (n,c,h,w)->(n,c,oh,ow)
+  int n = 0, c = 0, h = 0, w = 0, win = 2, stride = 2;
+  int oh() const { return (h - win) / stride + 1; }
+  int ow() const { return (w - win) / stride + 1; }
+  size_t x_size() const { return size_t(n) * c * h * w; }
+  size_t y_size() const { return size_t(n) * c * oh() * ow(); }
+};
+
+struct BnShape {  // batch norm over (n, c, hw): statistics per channel c
+  int n = 0, c = 0, hw = 0;
+  float eps = 1e-5f;
+  float momentum = 0.1f;  // running = (1 - momentum) * running + momentum * batch (PyTorch/d2l)
+  size_t size() const { return size_t(n) * c * hw; }
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual BackendKind kind() const = 0;
+  virtual int rank() const = 0;
+  virtual std::string name() const = 0;  // e.g. "cpu:0 (1 thread)" or "cuda:0 NVIDIA H100"
+
+  // ---- memory (all sizes in floats) ----
+  virtual float* alloc(size_t n, const char* what) = 0;  // zero-filled; throws naming `what`
+  virtual void release(float* p) = 0;
+  virtual void upload(float* dst, const float* host, size_t n) = 0;    // host -> device, sync
+  virtual void download(float* host, const float* src, size_t n) = 0;  // device -> host, sync
+  virtual void fill(float* dst, float value, size_t n) = 0;
+  virtual void copy(float* dst, const float* src, size_t n) = 0;  // on-device copy, compute stream
+  // n bytes of uint8 pixels from host -> floats scaled by 1/255 on the device (data loading).
+  virtual void load_images(float* dst, const uint8_t* host, size_t n) = 0;
+  // n uint8 labels from host -> float class ids on the device.
+  virtual void load_labels(float* dst, const uint8_t* host, size_t n) = 0;
+  virtual void synchronize() = 0;  // wait for both streams
+
+  // ---- compute ops: forward / backward pairs ----
+  virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
+                              float* y) = 0;
+  // dx may be null (first layer); dw and db are overwritten (not accumulated).
+  virtual void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
+                               float* dx, float* dw, float* db) = 0;
+  virtual void avgpool_forward(const PoolShape& s, const float* x, float* y) = 0;
+  virtual void avgpool_backward(const PoolShape& s, const float* dy, float* dx) = 0;
+  // Global average pooling (n, c, hw) -> (n, c).
+  virtual void gap_forward(int n, int c, int hw, const float* x, float* y) = 0;
+  virtual void gap_backward(int n, int c, int hw, const float* dy, float* dx) = 0;
+  virtual void relu_forward(const float* x, float* y, size_t n) = 0;  // in-place allowed
+  // dx = dy * (y > 0), y the forward output; in-place (dx == dy) allowed.
+  virtual void relu_backward(const float* y, const float* dy, float* dx, size_t n) = 0;
+  // y (n, out) = x (n, in) . w (in, out) + b (out)
+  virtual void dense_forward(int n, int in, int out, const float* x, const float* w, const float* b,
+                             float* y) = 0;
+  // dx may be null; dw, db overwritten.
+  virtual void dense_backward(int n, int in, int out, const float* x, const float* w,
+                              const float* dy, float* dx, float* dw, float* db) = 0;
+  // Softmax cross-entropy on logits (n, classes) with float labels (n).
+  // dlogits = scale * (softmax - onehot). stats[0] += scale * sum of losses, stats[1] += number of
+  // correct argmax predictions (stats is a device buffer of 2 floats). dlogits may be null (eval).
+  virtual void softmax_xent(int n, int classes, const float* logits, const float* labels,
+                            float scale, float* dlogits, float* stats) = 0;
+  // Batch norm, training mode: batch statistics, updates running stats, saves mean and inverse
+  // std (c each) for backward. Inference mode uses the running statistics.
+  virtual void batchnorm_forward_train(const BnShape& s, const float* x, const float* gamma,
+                                       const float* beta, float* y, float* running_mean,
+                                       float* running_var, float* save_mean,
+                                       float* save_invstd) = 0;
+  virtual void batchnorm_forward_infer(const BnShape& s, const float* x, const float* gamma,
+                                       const float* beta, const float* running_mean,
+                                       const float* running_var, float* y) = 0;
+  virtual void batchnorm_backward(const BnShape& s, const float* x, const float* dy,
+                                  const float* gamma, const float* save_mean,
+                                  const float* save_invstd, float* dx, float* dgamma,
+                                  float* dbeta) = 0;
+  virtual void axpy(float a, const float* x, float* y, size_t n) = 0;  // y += a * x
+  virtual void sgd_step(float* w, const float* g, float lr, size_t n) = 0;  // w -= lr * g
+
+  // ---- communication (comm stream); src/dst may be a peer device's memory ----
+  virtual void comm_copy(float* dst, const float* src, size_t n) = 0;
+  virtual void comm_reduce(float* dst, const float* src, size_t n) = 0;  // dst += src
+  // Ordering between streams and devices. CPU: no-ops (ops are synchronous on their thread).
+  virtual void comm_wait_compute() {}  // comm stream waits for compute work issued so far
+  virtual void compute_wait_comm() {}  // compute stream waits for comm work issued so far
+  virtual void comm_record() {}        // mark the comm stream's current position (for peers)
+  virtual void comm_wait_peer(Device& peer) { (void)peer; }  // wait for peer's last comm_record
+  virtual void comm_synchronize() {}   // host waits for the comm stream
+};
+
+// Owns a device buffer; movable, not copyable.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Device& dev, size_t n, const char* what) : dev_(&dev), p_(dev.alloc(n, what)), n_(n) {}
+  Buffer(Buffer&& o) noexcept : dev_(o.dev_), p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) { reset(); dev_ = o.dev_; p_ = o.p_; n_ = o.n_; o.p_ = nullptr; o.n_ = 0; }
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { reset(); }
+  void reset() { if (p_) dev_->release(p_); p_ = nullptr; n_ = 0; }
+  float* get() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  Device* dev_ = nullptr;
+  float* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Factories. threads: math threads for this CPU device (cores / k, at least 1).
+std::unique_ptr<Device> make_cpu_device(int rank, int threads);
+// gpu: the CUDA ordinal this rank runs on (rank mod GPU count). Throws when CUDA is not built.
+std::unique_ptr<Device> make_cuda_device(int rank, int gpu, bool tf32);
+int cuda_device_count();  // 0 when not built with CUDA or no GPU/driver
+bool cuda_built();
+
+}  // namespace dpb
