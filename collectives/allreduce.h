@@ -2,24 +2,50 @@
 // primitives so the CPU and CUDA backends run the same schedule.
 //
 // Every rank calls run() concurrently (one thread per rank) with its own buffer of n floats on its
-// own device; on return (after dev.comm_synchronize() for CUDA) every buffer holds the elementwise
-// sum. Calls are collective: all ranks must make the same sequence of calls with the same n.
+// own device. run() is stream-ordered: when it returns, every rank's comm stream is ordered after
+// all ranks' comm work of the call (CPU: the sums are already in every buffer; CUDA: call
+// dev.compute_wait_comm() or dev.comm_synchronize() before using the buffer). Calls are
+// collective: all ranks must make the same sequence of calls with the same n.
 //
 //   naive: d2l's textbook version: device 0 copies every replica's buffer to itself, sums, and
-//          copies the result back to every replica.
+//          copies the result back to every replica (collectives/naive.cpp).
 //   ring:  reduce-scatter then all-gather over k chunks (sizes differ by at most one), 2(k-1)
-//          steps, each rank reducing its own chunk with loads from its left neighbour.
-//   nccl:  ncclAllReduce (CUDA backend only; collectives/nccl_allreduce.cu).
+//          steps, each rank reducing its own chunk with loads from its left neighbour
+//          (collectives/ring.cpp).
+//   nccl:  ncclAllReduce (CUDA backend only; collectives/cuda/nccl_allreduce.cu).
+//
+// Failure: when one rank's call throws, make_allreduce's wrapper aborts the group, so the other
+// ranks' calls throw too (instead of waiting forever in a barrier). A trainer whose rank fails
+// outside a collective should call group.abort(rank, why) for the same reason. An aborted group
+// stays aborted.
 #pragma once
-#include <barrier>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "src/core/device.h"
 
 namespace dpb {
+
+// k-thread barrier that spins briefly (when the threads have a core each) and then blocks on a
+// futex (std::atomic::wait). abort() wakes every waiter; arrive_and_wait() then returns false.
+class HostBarrier {
+ public:
+  HostBarrier(int k, int spin);
+  bool arrive_and_wait();
+  void abort();
+
+ private:
+  const int k_;
+  const int spin_;
+  alignas(64) std::atomic<int> count_{0};
+  alignas(64) std::atomic<uint32_t> gen_{0};
+  std::atomic<bool> aborted_{false};
+};
 
 // Shared by the k ranks: a barrier and a table of published pointers.
 class CommGroup {
@@ -31,14 +57,25 @@ class CommGroup {
   void exchange(int rank, float* buf);
   float* peer(int rank) const { return ptrs_[rank]; }
   // Device-ordered barrier: when it returns on every rank, comm work issued by every rank before
-  // the barrier is ordered before comm work issued after it on any rank.
+  // the barrier is ordered before comm work issued after it on any rank. CPU: one host barrier.
+  // CUDA: comm_record; host barrier; comm_wait_peer(every peer); host barrier (so that no rank
+  // records again before every peer has waited on its record). Throws once the group is aborted.
   void barrier(int rank);
+  // Wakes every rank blocked in barrier(); they and all later calls throw dpb::Error with `why`.
+  void abort(int rank, const std::string& why);
+  bool aborted() const { return aborted_.load(); }
 
  private:
+  [[noreturn]] void throw_aborted(int rank);
+
   int k_;
   std::vector<Device*> devs_;
   std::vector<float*> ptrs_;
-  std::barrier<> host_barrier_;
+  bool ordered_;  // devices need the event handshake (not CPU)
+  HostBarrier host_barrier_;
+  std::atomic<bool> aborted_{false};
+  std::mutex why_mu_;
+  std::string why_;
 };
 
 class AllReduce {
@@ -46,11 +83,25 @@ class AllReduce {
   virtual ~AllReduce() = default;
   virtual std::string name() const = 0;
   virtual void run(int rank, float* buf, size_t n) = 0;
+  // Makes every rank's current and later run() throw instead of waiting for `rank` (used on
+  // failure; see the header comment). make_allreduce's objects abort their CommGroup.
+  virtual void abort(int rank, const std::string& why) { (void)rank; (void)why; }
 };
 
 // algorithm: "naive" | "ring" | "nccl". Throws dpb::Error naming the algorithm when unknown or
-// not available on this group's backend.
+// not available on this group's backend. The result traces every run() as an NVTX range
+// ("allreduce ring 516.0 KB") and aborts the group when a rank's run() throws.
 std::unique_ptr<AllReduce> make_allreduce(const std::string& algorithm, CommGroup& group);
+
+// The bare algorithms (no tracing, no abort on failure); use make_allreduce.
+std::unique_ptr<AllReduce> make_naive_allreduce(CommGroup& group);
+std::unique_ptr<AllReduce> make_ring_allreduce(CommGroup& group);
+// Defined in collectives/cuda/nccl_allreduce.cu when built with CUDA (DPB_HAVE_CUDA); otherwise
+// in allreduce.cpp, where it throws.
+std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group);
+
+// "516.0 KB": n floats as decimal bytes (B, KB, MB, GB; 1 KB = 1000 B), for labels and tables.
+std::string format_bytes(double bytes);
 
 // Chunk c of n floats split into k chunks whose sizes differ by at most one.
 inline size_t chunk_begin(size_t n, int k, int c) {

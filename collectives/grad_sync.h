@@ -10,10 +10,16 @@
 // Overlap: when on, each unit (parameter or bucket) is handed to the rank's communication thread
 // as soon as backward has produced all of its gradients, so communication runs while backward
 // goes on; when off, all units are reduced after backward, on the calling thread.
+// Units are always launched in plan order (a unit whose gradients are ready waits for the units
+// before it), so every rank makes the same sequence of collective calls.
+// Errors: an exception in the communication thread aborts the collective (so peers do not hang)
+// and is rethrown by finish(); the GradSync is then unusable.
+// Implemented in collectives/grad_sync.cpp; tested by tests/test_grad_sync.cpp.
 #pragma once
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -42,8 +48,8 @@ struct Unit {  // a contiguous range of the flat gradient buffer, reduced by one
 std::vector<Unit> plan_units(const std::vector<size_t>& param_sizes, const GradSyncConfig& cfg);
 
 struct SyncTimes {
-  double comm_s = 0;     // time inside collective calls (on this rank)
-  double exposed_s = 0;  // time the compute thread waited for communication
+  double comm_s = 0;     // host time inside collective calls (on this rank; CUDA: issue time)
+  double exposed_s = 0;  // time the calling thread spent in finish()
   long calls = 0;        // collective calls
 };
 
@@ -56,24 +62,28 @@ class GradSync {
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
+  // Optional: finish() re-arms for the next step. Throws if communication is in flight.
   void begin_step();
   // Backward calls this once per parameter as its gradient is final (any order; normally reverse).
   void grad_ready(int param);
-  // After backward: launches what is left, waits for all communication of this step.
+  // After backward: launches what is left, waits for all communication of this step, then orders
+  // the compute stream after it (dev.compute_wait_comm()). Rethrows a communication error.
   void finish();
   const SyncTimes& times() const { return times_; }
   void reset_times() { times_ = {}; }
   const std::vector<Unit>& units() const { return units_; }
 
  private:
+  void arm();              // reset per-step state
   void launch(int unit);   // overlap: enqueue for the comm thread
-  void run_unit(int unit); // perform the collective for a unit
+  void run_unit(int unit); // perform the collective for a unit (times it; aborts on failure)
   void comm_loop();
 
   GradSyncConfig cfg_;
   std::vector<Unit> units_;
   std::vector<int> unit_of_param_;
   std::vector<int> pending_;  // per unit: params not yet ready this step
+  std::vector<char> ready_;   // per param: grad_ready seen this step
   AllReduce& ar_;
   Device& dev_;
   int rank_;
@@ -81,12 +91,16 @@ class GradSync {
   SyncTimes times_;
   int launched_ = 0;
 
+  // Shared with the communication thread (overlap on), under mu_.
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;       // work for the comm thread, or stop
+  std::condition_variable done_cv_;  // a unit finished
   std::deque<int> queue_;
-  int done_ = 0;
+  int done_ = 0;  // units finished (or dropped after an error) this step
   bool stop_ = false;
+  std::exception_ptr error_;
   double comm_accum_ = 0;
+  long calls_accum_ = 0;
   std::thread comm_thread_;
 };
 

@@ -1,0 +1,187 @@
+// allreduce.cpp: CommGroup (published pointers, device-ordered barrier, abort), the host barrier,
+// and make_allreduce, which picks an algorithm and wraps it with an NVTX range and
+// abort-on-failure. The algorithms themselves live in naive.cpp, ring.cpp and (CUDA)
+// cuda/nccl_allreduce.cu. Tested by tests/test_allreduce.cpp.
+#include "collectives/allreduce.h"
+
+#include <cstdio>
+#include <exception>
+#include <thread>
+
+#include "src/core/check.h"
+#include "src/core/nvtx.h"
+
+namespace dpb {
+
+// ---------------------------------------------------------------- HostBarrier
+
+static inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+HostBarrier::HostBarrier(int k, int spin) : k_(k), spin_(spin) {}
+
+bool HostBarrier::arrive_and_wait() {
+  if (aborted_.load()) return false;
+  const uint32_t g = gen_.load(std::memory_order_acquire);
+  if (count_.fetch_add(1, std::memory_order_acq_rel) == k_ - 1) {
+    // Last to arrive: reset the count before releasing the others, who may re-enter at once.
+    count_.store(0, std::memory_order_relaxed);
+    gen_.fetch_add(1, std::memory_order_release);
+    gen_.notify_all();
+    return !aborted_.load();
+  }
+  for (int i = 0; i < spin_; ++i) {
+    if (gen_.load(std::memory_order_acquire) != g) return !aborted_.load();
+    cpu_relax();
+  }
+  while (gen_.load(std::memory_order_acquire) == g && !aborted_.load()) gen_.wait(g);
+  return !aborted_.load();
+}
+
+void HostBarrier::abort() {
+  aborted_.store(true);
+  gen_.fetch_add(1);
+  gen_.notify_all();
+}
+
+// ---------------------------------------------------------------- CommGroup
+
+// Spinning only pays when every rank has a core to itself; oversubscribed, it steals the core
+// the awaited thread needs, so then the barrier blocks at once.
+static int spin_count(int k) {
+  unsigned cores = std::thread::hardware_concurrency();
+  return (cores == 0 || unsigned(k) > cores) ? 0 : 4000;
+}
+
+static bool needs_events(const std::vector<Device*>& devs) {
+  for (Device* d : devs)
+    if (d->kind() != BackendKind::Cpu) return true;
+  return false;
+}
+
+CommGroup::CommGroup(int k, std::vector<Device*> devices)
+    : k_(k), devs_(std::move(devices)), ptrs_(size_t(k > 0 ? k : 0), nullptr),
+      ordered_(false), host_barrier_(k, spin_count(k)) {
+  DPB_CHECK(k >= 1, "CommGroup: need at least one rank, got " << k);
+  DPB_CHECK(devs_.size() == size_t(k),
+            "CommGroup: " << k << " ranks but " << devs_.size() << " devices");
+  for (int r = 0; r < k; ++r) DPB_CHECK(devs_[r] != nullptr, "CommGroup: device of rank " << r << " is null");
+  for (int r = 1; r < k; ++r)
+    DPB_CHECK(devs_[r]->kind() == devs_[0]->kind(),
+              "CommGroup: ranks 0 and " << r << " are on different backends (" << devs_[0]->name()
+                                        << ", " << devs_[r]->name() << ")");
+  ordered_ = needs_events(devs_);
+}
+
+void CommGroup::exchange(int rank, float* buf) {
+  ptrs_[rank] = buf;  // read by peers only after the barrier below
+  barrier(rank);
+}
+
+void CommGroup::barrier(int rank) {
+  if (k_ == 1) {
+    if (aborted_.load()) throw_aborted(rank);
+    return;
+  }
+  Device& dev = *devs_[rank];
+  if (ordered_) dev.comm_record();
+  if (!host_barrier_.arrive_and_wait()) throw_aborted(rank);
+  if (!ordered_) return;
+  for (int p = 0; p < k_; ++p)
+    if (p != rank) dev.comm_wait_peer(*devs_[p]);
+  if (!host_barrier_.arrive_and_wait()) throw_aborted(rank);
+}
+
+void CommGroup::abort(int rank, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lk(why_mu_);
+    if (why_.empty()) why_ = "rank " + std::to_string(rank) + ": " + why;
+  }
+  aborted_.store(true);
+  host_barrier_.abort();
+}
+
+void CommGroup::throw_aborted(int rank) {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lk(why_mu_);
+    why = why_;
+  }
+  throw Error("rank " + std::to_string(rank) + ": collective aborted because " + why);
+}
+
+// ---------------------------------------------------------------- make_allreduce
+
+std::string format_bytes(double bytes) {
+  static const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (bytes >= 1000.0 && u < 4) { bytes /= 1000.0; ++u; }
+  char buf[32];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%.0f B", bytes);
+  else std::snprintf(buf, sizeof buf, "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+namespace {
+
+// Adds the NVTX range and abort-on-failure around any algorithm, so every backend gets them.
+class Traced final : public AllReduce {
+ public:
+  Traced(std::unique_ptr<AllReduce> inner, CommGroup& group)
+      : inner_(std::move(inner)), group_(group), label_("allreduce " + inner_->name() + " ") {}
+  std::string name() const override { return inner_->name(); }
+  void run(int rank, float* buf, size_t n) override {
+    NvtxRange range(label_ + format_bytes(double(n) * sizeof(float)));
+    try {
+      inner_->run(rank, buf, n);
+    } catch (const std::exception& e) {
+      abort(rank, e.what());
+      throw;
+    } catch (...) {
+      abort(rank, "unknown exception in all-reduce " + inner_->name());
+      throw;
+    }
+  }
+  void abort(int rank, const std::string& why) override {
+    inner_->abort(rank, why);
+    group_.abort(rank, why);
+  }
+
+ private:
+  std::unique_ptr<AllReduce> inner_;
+  CommGroup& group_;
+  std::string label_;
+};
+
+}  // namespace
+
+std::unique_ptr<AllReduce> make_allreduce(const std::string& algorithm, CommGroup& group) {
+  std::unique_ptr<AllReduce> inner;
+  if (algorithm == "naive") {
+    inner = make_naive_allreduce(group);
+  } else if (algorithm == "ring") {
+    inner = make_ring_allreduce(group);
+  } else if (algorithm == "nccl") {
+    DPB_CHECK(group.device(0).kind() == BackendKind::Cuda,
+              "--allreduce nccl needs --backend cuda (this run uses the CPU backend; use naive or "
+              "ring)");
+    inner = make_nccl_allreduce(group);
+  } else {
+    DPB_CHECK(false, "unknown --allreduce '" << algorithm << "' (valid: naive, ring, nccl)");
+  }
+  return std::make_unique<Traced>(std::move(inner), group);
+}
+
+#ifndef DPB_HAVE_CUDA
+std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup&) {
+  DPB_CHECK(false, "--allreduce nccl needs the CUDA backend built with NCCL (this dpbench was "
+                   "built without CUDA)");
+}
+#endif
+
+}  // namespace dpb

@@ -1,0 +1,221 @@
+// grad_sync.cpp: gradient synchronisation for one rank: the unit plan (per-param, fused,
+// bucketed in reverse parameter order), and the launch machinery, either on the calling thread
+// after backward (overlap off) or on a per-rank communication thread that starts each unit as
+// soon as its gradients are ready (overlap on). See grad_sync.h; tested by
+// tests/test_grad_sync.cpp.
+#include "collectives/grad_sync.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "src/core/check.h"
+
+namespace dpb {
+
+SyncMode parse_sync_mode(const std::string& s) {
+  if (s == "per-param") return SyncMode::PerParam;
+  if (s == "fused") return SyncMode::Fused;
+  if (s == "bucketed") return SyncMode::Bucketed;
+  DPB_CHECK(false, "unknown gradient sync mode '" << s << "' (valid: per-param, fused, bucketed)");
+}
+
+std::string to_string(SyncMode m) {
+  switch (m) {
+    case SyncMode::PerParam: return "per-param";
+    case SyncMode::Fused: return "fused";
+    case SyncMode::Bucketed: return "bucketed";
+  }
+  return "?";
+}
+
+std::vector<Unit> plan_units(const std::vector<size_t>& param_sizes, const GradSyncConfig& cfg) {
+  const int P = int(param_sizes.size());
+  std::vector<size_t> offset(P + 1, 0);  // model order: param p occupies [offset[p], offset[p+1])
+  for (int p = 0; p < P; ++p) offset[p + 1] = offset[p] + param_sizes[p];
+  auto unit = [&](int first, int last) {
+    return Unit{offset[first], offset[last + 1] - offset[first], first, last};
+  };
+  std::vector<Unit> units;
+  if (P == 0) return units;
+  switch (cfg.mode) {
+    case SyncMode::PerParam:
+      for (int p = P - 1; p >= 0; --p) units.push_back(unit(p, p));
+      break;
+    case SyncMode::Fused:
+      units.push_back(unit(0, P - 1));
+      break;
+    case SyncMode::Bucketed: {
+      DPB_CHECK(std::isfinite(cfg.bucket_mb) && cfg.bucket_mb > 0,
+                "--bucket-mb must be a positive number, got " << cfg.bucket_mb);
+      const double cap = cfg.bucket_mb * 1e6;  // bytes
+      int last = P - 1;                        // the open bucket is [p+1, last]
+      for (int p = P - 1; p >= 0; --p) {
+        const double bytes = double(offset[last + 1] - offset[p]) * sizeof(float);
+        if (p < last && bytes > cap) {  // p does not fit: close [p+1, last], open one at p
+          units.push_back(unit(p + 1, last));
+          last = p;
+        }
+      }
+      units.push_back(unit(0, last));
+      break;
+    }
+  }
+  return units;
+}
+
+// ---------------------------------------------------------------- GradSync
+
+using Clock = std::chrono::steady_clock;
+static double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+GradSync::GradSync(const GradSyncConfig& cfg, const std::vector<size_t>& param_sizes,
+                   AllReduce& ar, Device& dev, int rank, float* grads)
+    : cfg_(cfg), units_(plan_units(param_sizes, cfg)), ar_(ar), dev_(dev), rank_(rank),
+      grads_(grads) {
+  unit_of_param_.assign(param_sizes.size(), -1);
+  for (size_t u = 0; u < units_.size(); ++u)
+    for (int p = units_[u].first_param; p <= units_[u].last_param; ++p) unit_of_param_[p] = int(u);
+  arm();
+  if (cfg_.overlap) comm_thread_ = std::thread([this] { comm_loop(); });
+}
+
+GradSync::~GradSync() {
+  if (!comm_thread_.joinable()) return;
+  bool in_flight;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+    in_flight = done_ < launched_;
+  }
+  // Units in flight at destruction mean the step failed on this rank: abort the collective so
+  // neither our comm thread nor the peers wait forever for calls this rank will never make.
+  if (in_flight)
+    ar_.abort(rank_, "gradient sync of rank " + std::to_string(rank_) +
+                         " was destroyed with communication in flight");
+  cv_.notify_all();
+  comm_thread_.join();
+}
+
+void GradSync::arm() {
+  pending_.assign(units_.size(), 0);
+  for (size_t u = 0; u < units_.size(); ++u)
+    pending_[u] = units_[u].last_param - units_[u].first_param + 1;
+  ready_.assign(unit_of_param_.size(), 0);
+  launched_ = 0;
+  std::lock_guard<std::mutex> lk(mu_);
+  done_ = 0;
+}
+
+void GradSync::begin_step() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    DPB_CHECK(done_ == launched_,
+              "rank " << rank_ << ": begin_step() while gradient communication is in flight");
+  }
+  arm();
+}
+
+void GradSync::grad_ready(int param) {
+  DPB_CHECK(param >= 0 && size_t(param) < unit_of_param_.size(),
+            "rank " << rank_ << ": grad_ready(" << param << ") but the model has "
+                    << unit_of_param_.size() << " parameters");
+  DPB_CHECK(!ready_[param], "rank " << rank_ << ": grad_ready(" << param << ") called twice in one step");
+  ready_[param] = 1;
+  --pending_[unit_of_param_[param]];
+  if (!cfg_.overlap) return;
+  // Launch in plan order only, so that every rank's collective calls match.
+  while (launched_ < int(units_.size()) && pending_[launched_] == 0) launch(launched_++);
+}
+
+void GradSync::launch(int unit) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.push_back(unit);
+  }
+  cv_.notify_one();
+}
+
+void GradSync::run_unit(int u) {
+  const Unit& unit = units_[u];
+  try {
+    ar_.run(rank_, grads_ + unit.offset, unit.count);
+  } catch (const std::exception& e) {
+    ar_.abort(rank_, e.what());
+    throw;
+  } catch (...) {
+    ar_.abort(rank_, "unknown exception in gradient all-reduce");
+    throw;
+  }
+}
+
+void GradSync::comm_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    const int u = queue_.front();
+    queue_.pop_front();
+    if (!error_) {  // after a failure, later units are dropped (the group is aborted)
+      lk.unlock();
+      std::exception_ptr err;
+      const auto t0 = Clock::now();
+      try {
+        dev_.comm_wait_compute();
+        run_unit(u);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      const double t = seconds_since(t0);
+      lk.lock();
+      comm_accum_ += t;
+      ++calls_accum_;
+      if (err && !error_) error_ = err;
+    }
+    ++done_;
+    done_cv_.notify_all();
+  }
+}
+
+void GradSync::finish() {
+  const auto t0 = Clock::now();
+  const int U = int(units_.size());
+  if (!cfg_.overlap) {
+    try {
+      if (launched_ < U) dev_.comm_wait_compute();
+      for (; launched_ < U; ++launched_) {
+        const auto t1 = Clock::now();
+        ++times_.calls;
+        run_unit(launched_);
+        times_.comm_s += seconds_since(t1);
+      }
+    } catch (...) {
+      arm();
+      times_.exposed_s += seconds_since(t0);
+      throw;
+    }
+  } else {
+    while (launched_ < U) launch(launched_++);
+    std::exception_ptr err;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      done_cv_.wait(lk, [&] { return done_ == launched_; });
+      times_.comm_s += comm_accum_;
+      times_.calls += calls_accum_;
+      comm_accum_ = 0;
+      calls_accum_ = 0;
+      err = error_;  // kept: the comm thread drops every later unit
+    }
+    if (err) {
+      arm();
+      times_.exposed_s += seconds_since(t0);
+      std::rethrow_exception(err);
+    }
+  }
+  dev_.compute_wait_comm();
+  times_.exposed_s += seconds_since(t0);
+  arm();
+}
+
+}  // namespace dpb

@@ -1,0 +1,112 @@
+// cpu_device.cpp: CpuDevice construction, memory ops (64-byte aligned, zero-filled buffers in host
+// memory), data loading, communication ops (stateless single-threaded loops, safe to run on a comm
+// thread beside compute ops) and the make_cpu_device factory. Compute ops live in the sibling files.
+#include "kernels/cpu/cpu_device.h"
+
+#include <omp.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "src/core/check.h"
+
+namespace dpb {
+
+std::ostream& operator<<(std::ostream& os, const ConvShape& s) {
+  return os << "conv(n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w << " k=" << s.k
+            << " r=" << s.r << " s=" << s.s << " pad=" << s.pad << " stride=" << s.stride << ")";
+}
+std::ostream& operator<<(std::ostream& os, const PoolShape& s) {
+  return os << "pool(n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w
+            << " win=" << s.win << " stride=" << s.stride << ")";
+}
+std::ostream& operator<<(std::ostream& os, const BnShape& s) {
+  return os << "bn(n=" << s.n << " c=" << s.c << " hw=" << s.hw << ")";
+}
+
+CpuDevice::CpuDevice(int rank, int threads)
+    : rank_(rank), threads_(threads), eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
+  DPB_CHECK(threads >= 1, "cpu:" << rank << ": threads must be >= 1, got " << threads);
+}
+
+CpuDevice::~CpuDevice() {
+  conv_cache_.clear();
+  std::free(scratch_);
+}
+
+std::string CpuDevice::name() const {
+  const dnnl_version_t* v = dnnl_version();
+  std::ostringstream os;
+  os << "cpu:" << rank_ << " (" << threads_ << (threads_ == 1 ? " thread" : " threads")
+     << ", oneDNN " << v->major << "." << v->minor << ")";
+  return os.str();
+}
+
+void CpuDevice::enter() const {
+  // omp_get_max_threads reads the calling thread's nthreads ICV: cheap, and robust to other code
+  // (or another device used from the same thread) having changed it.
+  if (omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
+}
+
+// ---- memory ----
+
+float* CpuDevice::alloc(size_t n, const char* what) {
+  DPB_CHECK(n <= SIZE_MAX / sizeof(float) - 64,
+            "cpu:" << rank_ << ": allocation of " << (what ? what : "?") << " too large (" << n
+                   << " floats)");
+  size_t bytes = (n * sizeof(float) + 63) / 64 * 64;  // aligned_alloc wants a multiple of 64
+  if (bytes == 0) bytes = 64;                         // distinct non-null pointer for n == 0
+  void* p = std::aligned_alloc(64, bytes);
+  DPB_CHECK(p != nullptr, "cpu:" << rank_ << ": cannot allocate " << (what ? what : "?") << " ("
+                                 << n << " floats, " << bytes << " bytes)");
+  std::memset(p, 0, bytes);
+  return static_cast<float*>(p);
+}
+
+void CpuDevice::release(float* p) { std::free(p); }
+
+void CpuDevice::upload(float* dst, const float* host, size_t n) {
+  if (n) std::memcpy(dst, host, n * sizeof(float));
+}
+
+void CpuDevice::download(float* host, const float* src, size_t n) {
+  if (n) std::memcpy(host, src, n * sizeof(float));
+}
+
+void CpuDevice::fill(float* dst, float value, size_t n) {
+  enter();
+#pragma omp parallel for simd num_threads(threads_) if (n >= 4 * cpu::kParallelMin)
+  for (size_t i = 0; i < n; ++i) dst[i] = value;
+}
+
+void CpuDevice::copy(float* dst, const float* src, size_t n) {
+  if (n && dst != src) std::memcpy(dst, src, n * sizeof(float));
+}
+
+void CpuDevice::load_images(float* dst, const uint8_t* host, size_t n) {
+  enter();
+#pragma omp parallel for simd num_threads(threads_) if (n >= 4 * cpu::kParallelMin)
+  for (size_t i = 0; i < n; ++i) dst[i] = float(host[i]) / 255.0f;
+}
+
+void CpuDevice::load_labels(float* dst, const uint8_t* host, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = float(host[i]);
+}
+
+// ---- communication: no OpenMP and no device state, so safe beside compute ops ----
+
+void CpuDevice::comm_copy(float* dst, const float* src, size_t n) {
+  if (n && dst != src) std::memcpy(dst, src, n * sizeof(float));
+}
+
+void CpuDevice::comm_reduce(float* __restrict dst, const float* __restrict src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+std::unique_ptr<Device> make_cpu_device(int rank, int threads) {
+  return std::make_unique<CpuDevice>(rank, threads);
+}
+
+}  // namespace dpb

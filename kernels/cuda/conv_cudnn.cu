@@ -1,0 +1,182 @@
+// conv_cudnn.cu: 2-D convolution forward, backward-data and backward-filter through cuDNN (NCHW,
+// OIHW, float32), bias add and bias gradient with own kernels (elementwise.cu).
+//
+// Per shape the descriptors are made once; per direction the algorithm is chosen once, on first
+// use, by cudnnFind*AlgorithmEx on the real buffers (like PyTorch's cudnn.benchmark = True) within
+// a workspace of kFindWorkspace bytes, then reused. One workspace per device, grown as needed.
+// Math: CUDNN_FMA_MATH when tf32 is off (CUDNN_DEFAULT_MATH would let cuDNN use TF32 tensor cores
+// on Ampere and later); CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION when tf32 is on, then the math type
+// the found algorithm was timed with.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cuda/cuda_device.h"
+
+namespace dpb {
+
+namespace {
+
+constexpr size_t kFindWorkspace = size_t(64) << 20;  // 64 MiB: room to try most algorithms
+const char* const kDirName[3] = {"forward", "backward-data", "backward-filter"};
+
+std::string shape_str(const ConvShape& s) {
+  std::ostringstream os;
+  os << "x(" << s.n << "," << s.c << "," << s.h << "," << s.w << ") w(" << s.k << "," << s.c << ","
+     << s.r << "," << s.s << ") pad " << s.pad << " stride " << s.stride;
+  return os.str();
+}
+
+bool is_tensor_op(cudnnMathType_t m) {
+  return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+// The fastest usable result of a cudnnFind* call (results come sorted by time). Without tf32,
+// tensor-op results are skipped so that float32 stays float32.
+template <class Perf>
+const Perf& pick(const std::vector<Perf>& perf, int got, bool tf32, int dir, const ConvShape& s,
+                 int gpu) {
+  for (int i = 0; i < got; ++i) {
+    const Perf& p = perf[i];
+    if (p.status != CUDNN_STATUS_SUCCESS) continue;
+    if (!tf32 && is_tensor_op(p.mathType)) continue;
+    if (p.memory > kFindWorkspace) continue;
+    return p;
+  }
+  DPB_CHECK(false, "cuDNN found no usable convolution " << kDirName[dir] << " algorithm on cuda:"
+                       << gpu << " for " << shape_str(s) << " (" << got << " tried, tf32 "
+                       << (tf32 ? "on" : "off") << ")");
+}
+
+// Descriptors for shape s; tf32 picks the math type the algorithm search starts from.
+void fill_conv_plan(CudnnConvPlan& p, const ConvShape& s, bool tf32) {
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.x));
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.y));
+  CUDNN_CHECK(cudnnCreateFilterDescriptor(&p.w));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s.n, s.c, s.h,
+                                         s.w));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, s.k, s.c, s.r,
+                                         s.s));
+  cudnnMathType_t math = tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : CUDNN_FMA_MATH;
+  for (cudnnConvolutionDescriptor_t& c : p.conv) {
+    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&c));
+    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(c, s.pad, s.pad, s.stride, s.stride, 1, 1,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(c, math));
+  }
+  int on = 0, ok = 0, oh = 0, ow = 0;
+  CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p.conv[0], p.x, p.w, &on, &ok, &oh, &ow));
+  DPB_CHECK(on == s.n && ok == s.k && oh == s.oh() && ow == s.ow(),
+            "cuDNN output shape (" << on << "," << ok << "," << oh << "," << ow
+                                   << ") differs from dpbench's for " << shape_str(s));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s.n, s.k, oh,
+                                         ow));
+}
+
+void destroy_plan(CudnnConvPlan& p) noexcept {
+  if (p.x) cudnnDestroyTensorDescriptor(p.x);
+  if (p.y) cudnnDestroyTensorDescriptor(p.y);
+  if (p.w) cudnnDestroyFilterDescriptor(p.w);
+  for (cudnnConvolutionDescriptor_t c : p.conv)
+    if (c) cudnnDestroyConvolutionDescriptor(c);
+  p = CudnnConvPlan{};
+}
+
+}  // namespace
+
+CudnnConvPlan& CudaDevice::conv_plan(const ConvShape& s) {
+  ConvKey key{s.n, s.c, s.h, s.w, s.k, s.r, s.s, s.pad, s.stride};
+  auto it = conv_plans_.find(key);
+  if (it != conv_plans_.end()) return it->second;
+  DPB_CHECK(s.n > 0 && s.c > 0 && s.h > 0 && s.w > 0 && s.k > 0 && s.r > 0 && s.s > 0 &&
+                s.pad >= 0 && s.stride > 0 && s.h + 2 * s.pad >= s.r && s.w + 2 * s.pad >= s.s,
+            "invalid convolution shape " << shape_str(s));
+  CudnnConvPlan p;
+  try {
+    fill_conv_plan(p, s, tf32_);
+  } catch (...) {
+    destroy_plan(p);
+    throw;
+  }
+  return conv_plans_.emplace(key, p).first->second;
+}
+
+void CudaDevice::destroy_conv_plans() noexcept {
+  for (auto& [key, p] : conv_plans_) destroy_plan(p);
+  conv_plans_.clear();
+}
+
+void CudaDevice::conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
+                                float* y) {
+  bind();
+  CudnnConvPlan& p = conv_plan(s);
+  if (p.algo[0] < 0) {
+    int max_n = 0, got = 0;
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(cudnn_, &max_n));
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(std::max(max_n, 1));
+    void* ws = workspace(kFindWorkspace);
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(cudnn_, p.x, x, p.w, w, p.conv[0], p.y, y,
+                                                       int(perf.size()), &got, perf.data(), ws,
+                                                       kFindWorkspace));
+    const auto& best = pick(perf, got, tf32_, 0, s, gpu_);
+    if (tf32_) CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv[0], best.mathType));
+    CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p.x, p.w, p.conv[0], p.y,
+                                                        best.algo, &p.ws[0]));
+    p.algo[0] = int(best.algo);
+  }
+  const float one = 1.f, zero = 0.f;
+  void* ws = workspace(p.ws[0]);
+  CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &one, p.x, x, p.w, w, p.conv[0],
+                                      cudnnConvolutionFwdAlgo_t(p.algo[0]), ws, p.ws[0], &zero,
+                                      p.y, y));
+  if (b) cuda_kernels::add_bias(y, b, s.y_size(), s.oh() * s.ow(), s.k, compute_);
+}
+
+void CudaDevice::conv2d_backward(const ConvShape& s, const float* x, const float* w,
+                                 const float* dy, float* dx, float* dw, float* db) {
+  bind();
+  CudnnConvPlan& p = conv_plan(s);
+  const float one = 1.f, zero = 0.f;
+  if (db) cuda_kernels::channel_sum(dy, db, s.n, s.k, s.oh() * s.ow(), compute_);
+  if (dw) {
+    if (p.algo[2] < 0) {
+      int max_n = 0, got = 0;
+      CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnn_, &max_n));
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(std::max(max_n, 1));
+      void* ws = workspace(kFindWorkspace);
+      CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+          cudnn_, p.x, x, p.y, dy, p.conv[2], p.w, dw, int(perf.size()), &got, perf.data(), ws,
+          kFindWorkspace));
+      const auto& best = pick(perf, got, tf32_, 2, s, gpu_);
+      if (tf32_) CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv[2], best.mathType));
+      CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, p.x, p.y, p.conv[2], p.w,
+                                                                 best.algo, &p.ws[2]));
+      p.algo[2] = int(best.algo);
+    }
+    void* ws = workspace(p.ws[2]);
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, dy, p.conv[2],
+                                               cudnnConvolutionBwdFilterAlgo_t(p.algo[2]), ws,
+                                               p.ws[2], &zero, p.w, dw));
+  }
+  if (dx) {
+    if (p.algo[1] < 0) {
+      int max_n = 0, got = 0;
+      CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnn_, &max_n));
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(std::max(max_n, 1));
+      void* ws = workspace(kFindWorkspace);
+      CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+          cudnn_, p.w, w, p.y, dy, p.conv[1], p.x, dx, int(perf.size()), &got, perf.data(), ws,
+          kFindWorkspace));
+      const auto& best = pick(perf, got, tf32_, 1, s, gpu_);
+      if (tf32_) CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv[1], best.mathType));
+      CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, p.w, p.y, p.conv[1], p.x,
+                                                               best.algo, &p.ws[1]));
+      p.algo[1] = int(best.algo);
+    }
+    void* ws = workspace(p.ws[1]);
+    CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, p.w, w, p.y, dy, p.conv[1],
+                                             cudnnConvolutionBwdDataAlgo_t(p.algo[1]), ws,
+                                             p.ws[1], &zero, p.x, dx));
+  }
+}
+
+}  // namespace dpb

@@ -1,0 +1,340 @@
+// cuda_device.cu: CudaDevice construction, memory, data loading staging, stream/event ordering and
+// the communication primitives (comm_copy, comm_reduce), plus the CUDA factory functions.
+// Built with -DDPB_CUDA=ON; exercised by tests/test_cuda_ops.cpp and test_cuda_collectives.cpp.
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "kernels/cuda/cuda_device.h"
+
+namespace dpb {
+
+namespace {
+
+constexpr double kMB = 1024.0 * 1024.0;
+
+// Throws naming what was being allocated, its size and this GPU's free/total memory.
+[[noreturn]] void fail_alloc(cudaError_t e, const char* what, size_t bytes, int gpu) {
+  (void)cudaGetLastError();  // clear the allocation error
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
+  DPB_CHECK(false, "cannot allocate " << what << ": " << bytes / kMB << " MB on cuda:" << gpu
+                                      << " (" << free_b / kMB << " MB free of " << total_b / kMB
+                                      << " MB): " << cudaGetErrorString(e));
+}
+
+// dst[i] += src[i]. [0, head) and the tail are scalar; the middle is float4 (dst + head and
+// src + head are 16-byte aligned there). head == n means all scalar.
+__global__ void reduce_add_kernel(float* __restrict__ dst, const float* __restrict__ src, size_t n,
+                                  size_t head) {
+  size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t nvec = (n - head) / 4;
+  float4* d4 = reinterpret_cast<float4*>(dst + head);
+  const float4* s4 = reinterpret_cast<const float4*>(src + head);
+  for (size_t i = tid; i < nvec; i += stride) {
+    float4 a = d4[i];
+    float4 b = s4[i];
+    a.x += b.x; a.y += b.y; a.z += b.z; a.w += b.w;
+    d4[i] = a;
+  }
+  for (size_t i = tid; i < head; i += stride) dst[i] += src[i];
+  for (size_t i = head + nvec * 4 + tid; i < n; i += stride) dst[i] += src[i];
+}
+
+}  // namespace
+
+CudaDevice::CudaDevice(int rank, int gpu, bool tf32) : rank_(rank), gpu_(gpu), tf32_(tf32) {
+  int count = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&count));
+  DPB_CHECK(gpu >= 0 && gpu < count,
+            "rank " << rank << ": CUDA GPU " << gpu << " does not exist (" << count << " GPUs)");
+  try {
+    bind();
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu));
+    name_ = "cuda:" + std::to_string(gpu) + " " + prop.name + (tf32 ? " (tf32)" : "");
+    peer_ok_.assign(count, false);
+    peer_ok_[gpu] = true;
+    for (int g = 0; g < count; ++g) {
+      if (g == gpu) continue;
+      int can = 0;
+      CUDA_CHECK(cudaDeviceCanAccessPeer(&can, gpu, g));
+      if (!can) continue;
+      // Enabled once per GPU pair for the process; a second rank on this GPU finds it enabled.
+      cudaError_t e = cudaDeviceEnablePeerAccess(g, 0);
+      if (e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled) peer_ok_[g] = true;
+      // Clear the error; on failure (e.g. too many peers) comm_reduce stages through scratch.
+      if (e != cudaSuccess) (void)cudaGetLastError();
+    }
+    CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
+    for (cudaEvent_t* ev : {&ev_compute_, &ev_comm_, &ev_peer_, &ev_staged_})
+      CUDA_CHECK(cudaEventCreateWithFlags(ev, cudaEventDisableTiming));
+    CUBLAS_CHECK(cublasCreate(&cublas_));
+    CUBLAS_CHECK(cublasSetStream(cublas_, compute_));
+    // dense_cublas.cu passes the compute type (32F or 32F_FAST_TF32) to every GEMM; the handle's
+    // math mode agrees with it.
+    CUBLAS_CHECK(cublasSetMathMode(cublas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    CUDNN_CHECK(cudnnCreate(&cudnn_));
+    CUDNN_CHECK(cudnnSetStream(cudnn_, compute_));
+  } catch (...) {
+    teardown();
+    throw;
+  }
+}
+
+CudaDevice::~CudaDevice() { teardown(); }
+
+// Frees everything that was created; never throws (destructor and failed constructor).
+void CudaDevice::teardown() noexcept {
+  if (cudaSetDevice(gpu_) != cudaSuccess) (void)cudaGetLastError();
+  for (cudaStream_t st : {compute_, comm_})
+    if (st && cudaStreamSynchronize(st) != cudaSuccess) (void)cudaGetLastError();
+  destroy_conv_plans();
+  if (cudnn_) cudnnDestroy(cudnn_);
+  if (cublas_) cublasDestroy(cublas_);
+  for (cudaEvent_t ev : {ev_compute_, ev_comm_, ev_peer_, ev_staged_})
+    if (ev) (void)cudaEventDestroy(ev);
+  for (void* p : {static_cast<void*>(ws_), static_cast<void*>(staged_),
+                  static_cast<void*>(scratch_)})
+    if (p) (void)cudaFree(p);
+  if (pinned_) (void)cudaFreeHost(pinned_);
+  for (cudaStream_t st : {compute_, comm_})
+    if (st) (void)cudaStreamDestroy(st);
+  cudnn_ = nullptr;
+  cublas_ = nullptr;
+  ws_ = nullptr;
+  staged_ = pinned_ = nullptr;
+  scratch_ = nullptr;
+  compute_ = comm_ = nullptr;
+  (void)cudaGetLastError();
+}
+
+void CudaDevice::bind() const { CUDA_CHECK(cudaSetDevice(gpu_)); }
+
+// ---- memory ----
+
+float* CudaDevice::alloc(size_t n, const char* what) {
+  bind();
+  DPB_CHECK(n <= std::numeric_limits<size_t>::max() / sizeof(float),
+            "cannot allocate " << what << ": " << n << " floats overflows size_t");
+  size_t bytes = (n ? n : 1) * sizeof(float);  // a distinct non-null pointer even for n == 0
+  float* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) fail_alloc(e, what, bytes, gpu_);
+  // Zero on the compute stream and wait, so the comm stream (and peers) also see zeros.
+  try {
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, compute_));
+    CUDA_CHECK(cudaStreamSynchronize(compute_));
+  } catch (...) {
+    (void)cudaFree(p);
+    throw;
+  }
+  return p;
+}
+
+void CudaDevice::release(float* p) {
+  if (!p) return;
+  // Called from Buffer's destructor: report, never throw. cudaFree waits for pending work.
+  cudaError_t e = cudaSetDevice(gpu_);
+  if (e == cudaSuccess) e = cudaFree(p);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    std::fprintf(stderr, "dpbench: warning: freeing memory on cuda:%d failed: %s\n", gpu_,
+                 cudaGetErrorString(e));
+  }
+}
+
+// upload/download are ordered after the compute stream's work only (as on the CPU backend, where
+// the rank thread does not wait for its communication thread); call compute_wait_comm() or
+// comm_synchronize() first for buffers written by comm ops.
+void CudaDevice::upload(float* dst, const float* host, size_t n) {
+  if (n == 0) return;
+  bind();
+  CUDA_CHECK(cudaMemcpyAsync(dst, host, n * sizeof(float), cudaMemcpyDefault, compute_));
+  CUDA_CHECK(cudaStreamSynchronize(compute_));
+}
+
+void CudaDevice::download(float* host, const float* src, size_t n) {
+  if (n == 0) return;
+  bind();
+  CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDefault, compute_));
+  CUDA_CHECK(cudaStreamSynchronize(compute_));
+}
+
+void CudaDevice::fill(float* dst, float value, size_t n) {
+  bind();
+  cuda_kernels::fill(dst, value, n, compute_);
+}
+
+void CudaDevice::copy(float* dst, const float* src, size_t n) {
+  if (n == 0) return;
+  bind();
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, compute_));
+}
+
+void CudaDevice::synchronize() {
+  bind();
+  CUDA_CHECK(cudaStreamSynchronize(compute_));
+  CUDA_CHECK(cudaStreamSynchronize(comm_));
+}
+
+void* CudaDevice::workspace(size_t bytes) {
+  if (bytes > ws_bytes_) {
+    CUDA_CHECK(cudaStreamSynchronize(compute_));  // the old workspace may still be in use
+    if (ws_) CUDA_CHECK(cudaFree(ws_));
+    ws_ = nullptr;
+    ws_bytes_ = 0;
+    cudaError_t e = cudaMalloc(&ws_, bytes);
+    if (e != cudaSuccess) fail_alloc(e, "cuDNN workspace", bytes, gpu_);
+    ws_bytes_ = bytes;
+  }
+  return ws_;
+}
+
+// host bytes -> pinned staging -> device bytes on the compute stream. The pinned buffer is
+// reused once the previous copy out of it has completed (ev_staged_).
+const uint8_t* CudaDevice::stage_bytes(const uint8_t* host, size_t n) {
+  if (n > stage_bytes_) {
+    CUDA_CHECK(cudaStreamSynchronize(compute_));  // old staging buffers may still be in use
+    if (pinned_) CUDA_CHECK(cudaFreeHost(pinned_));
+    if (staged_) CUDA_CHECK(cudaFree(staged_));
+    pinned_ = staged_ = nullptr;
+    stage_bytes_ = 0;
+    cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&pinned_), n, cudaHostAllocDefault);
+    if (e != cudaSuccess) fail_alloc(e, "pinned host staging for data loading", n, gpu_);
+    e = cudaMalloc(reinterpret_cast<void**>(&staged_), n);
+    if (e != cudaSuccess) fail_alloc(e, "device staging for data loading", n, gpu_);
+    stage_bytes_ = n;
+  } else {
+    CUDA_CHECK(cudaEventSynchronize(ev_staged_));
+  }
+  std::memcpy(pinned_, host, n);
+  CUDA_CHECK(cudaMemcpyAsync(staged_, pinned_, n, cudaMemcpyHostToDevice, compute_));
+  CUDA_CHECK(cudaEventRecord(ev_staged_, compute_));
+  return staged_;
+}
+
+// ---- communication ----
+
+bool CudaDevice::accessible(const void* p) const {
+  cudaPointerAttributes a{};
+  CUDA_CHECK(cudaPointerGetAttributes(&a, p));
+  DPB_CHECK(a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged,
+            "comm op on cuda:" << gpu_ << " (rank " << rank_ << "): pointer " << p
+                               << " is not CUDA device memory");
+  if (a.type == cudaMemoryTypeManaged) return true;
+  return a.device >= 0 && size_t(a.device) < peer_ok_.size() && peer_ok_[a.device];
+}
+
+float* CudaDevice::comm_scratch(size_t n) {
+  if (n > scratch_n_) {
+    CUDA_CHECK(cudaStreamSynchronize(comm_));  // the old scratch may still be in use
+    if (scratch_) CUDA_CHECK(cudaFree(scratch_));
+    scratch_ = nullptr;
+    scratch_n_ = 0;
+    cudaError_t e = cudaMalloc(&scratch_, n * sizeof(float));
+    if (e != cudaSuccess) fail_alloc(e, "comm staging buffer (no peer access)", n * 4, gpu_);
+    scratch_n_ = n;
+  }
+  return scratch_;
+}
+
+void CudaDevice::comm_copy(float* dst, const float* src, size_t n) {
+  if (n == 0) return;
+  bind();
+  // UVA: same GPU, peer GPU over NVLink/PCIe, or staged by the driver when peers are not enabled.
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, comm_));
+}
+
+void CudaDevice::comm_reduce(float* dst, const float* src, size_t n) {
+  if (n == 0) return;
+  bind();
+  bool src_ok = accessible(src), dst_ok = accessible(dst);
+  float* d = dst;
+  const float* s = src;
+  if (!src_ok || !dst_ok) {  // no peer access: bring the operands here, reduce, write back
+    float* tmp = comm_scratch(2 * n);
+    if (!src_ok) {
+      CUDA_CHECK(cudaMemcpyAsync(tmp, src, n * sizeof(float), cudaMemcpyDefault, comm_));
+      s = tmp;
+    }
+    if (!dst_ok) {
+      CUDA_CHECK(cudaMemcpyAsync(tmp + n, dst, n * sizeof(float), cudaMemcpyDefault, comm_));
+      d = tmp + n;
+    }
+  }
+  uintptr_t da = reinterpret_cast<uintptr_t>(d), sa = reinterpret_cast<uintptr_t>(s);
+  size_t head = n;  // all scalar unless both can reach 16-byte alignment together
+  if ((da - sa) % 16 == 0) head = std::min(n, size_t((16 - da % 16) % 16 / sizeof(float)));
+  constexpr int kBlock = 256;
+  reduce_add_kernel<<<cuda_kernels::grid_for((n + 3) / 4, kBlock), kBlock, 0, comm_>>>(d, s, n,
+                                                                                      head);
+  CUDA_CHECK_LAUNCH("reduce_add_kernel (comm_reduce)");
+  if (!dst_ok)
+    CUDA_CHECK(cudaMemcpyAsync(dst, d, n * sizeof(float), cudaMemcpyDefault, comm_));
+}
+
+void CudaDevice::comm_wait_compute() {
+  bind();
+  CUDA_CHECK(cudaEventRecord(ev_compute_, compute_));
+  CUDA_CHECK(cudaStreamWaitEvent(comm_, ev_compute_, 0));
+}
+
+void CudaDevice::compute_wait_comm() {
+  bind();
+  CUDA_CHECK(cudaEventRecord(ev_comm_, comm_));
+  CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_comm_, 0));
+}
+
+void CudaDevice::comm_record() {
+  bind();
+  CUDA_CHECK(cudaEventRecord(ev_peer_, comm_));
+}
+
+void CudaDevice::comm_wait_peer(Device& peer) {
+  auto* p = dynamic_cast<CudaDevice*>(&peer);
+  DPB_CHECK(p, "comm_wait_peer on " << name_ << ": peer rank " << peer.rank()
+                                    << " is not a CUDA device");
+  if (p == this) return;  // own comm stream is already in order
+  bind();
+  // Waits for the peer's most recent comm_record(); the event may belong to another GPU.
+  CUDA_CHECK(cudaStreamWaitEvent(comm_, p->ev_peer_, 0));
+}
+
+void CudaDevice::comm_synchronize() {
+  bind();
+  CUDA_CHECK(cudaStreamSynchronize(comm_));
+}
+
+// ---- factories ----
+
+std::unique_ptr<Device> make_cuda_device(int rank, int gpu, bool tf32) {
+  return std::make_unique<CudaDevice>(rank, gpu, tf32);
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::string cuda_unavailable_reason() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + ": " +
+           cudaGetErrorString(e);
+  }
+  return n > 0 ? "" : "cudaGetDeviceCount found 0 GPUs";
+}
+
+bool cuda_built() { return true; }
+
+}  // namespace dpb

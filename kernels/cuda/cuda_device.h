@@ -1,0 +1,144 @@
+// cuda_device.h: the CUDA backend of dpb::Device (one rank on one GPU; several ranks may share a
+// GPU as separate CudaDevice objects). Built only with -DDPB_CUDA=ON; made by make_cuda_device().
+//
+// Each device owns a compute stream and a comm stream (both non-blocking), a cuBLAS and a cuDNN
+// handle bound to the compute stream, and events that order the two streams and the ranks. Every
+// entry point calls cudaSetDevice(gpu) first, since ops come from the rank's thread and from its
+// communication thread. Compute-side state (cuDNN algorithm cache, workspace, load staging) is
+// touched only by compute ops; comm-side state (staging for non-peer GPUs) only by comm ops, so the
+// two threads never share mutable host state.
+//
+// The method bodies are split by op family: cuda_device.cu (memory, streams, events, comm),
+// conv_cudnn.cu, dense_cublas.cu, pool.cu, batchnorm_cudnn.cu, softmax_xent.cu, elementwise.cu.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.h"
+#include "src/core/device.h"
+
+namespace dpb {
+
+// Why no CUDA GPU can be used here ("" when cuda_device_count() > 0); for test skips and messages.
+std::string cuda_unavailable_reason();
+
+// Launchers for the kernels shared between op files (elementwise.cu); all check the launch.
+namespace cuda_kernels {
+int grid_for(size_t n, int block);  // blocks for a grid-stride loop over n elements
+// y[i] += b[(i / inner) % channels] for i < total (conv: inner = h*w; dense: inner = 1).
+void add_bias(float* y, const float* b, size_t total, int inner, int channels, cudaStream_t st);
+// db[c] = sum over outer o and inner j of dy[(o * channels + c) * inner + j]; db overwritten.
+void channel_sum(const float* dy, float* db, int outer, int channels, int inner, cudaStream_t st);
+void fill(float* dst, float value, size_t n, cudaStream_t st);
+}  // namespace cuda_kernels
+
+// cuDNN descriptors and algorithms for one convolution shape (conv_cudnn.cu). Direction d:
+// 0 forward, 1 backward data, 2 backward filter; each has its own convolution descriptor so
+// that its math type can follow the algorithm found for it. algo[d] < 0: not chosen yet.
+struct CudnnConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv[3] = {nullptr, nullptr, nullptr};
+  int algo[3] = {-1, -1, -1};
+  size_t ws[3] = {0, 0, 0};
+};
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(int rank, int gpu, bool tf32);
+  ~CudaDevice() override;
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  BackendKind kind() const override { return BackendKind::Cuda; }
+  int rank() const override { return rank_; }
+  std::string name() const override { return name_; }
+  int gpu() const { return gpu_; }
+  bool tf32() const { return tf32_; }
+  cudaStream_t compute_stream() const { return compute_; }
+  cudaStream_t comm_stream() const { return comm_; }  // NCCL runs here
+
+  float* alloc(size_t n, const char* what) override;
+  void release(float* p) override;
+  void upload(float* dst, const float* host, size_t n) override;
+  void download(float* host, const float* src, size_t n) override;
+  void fill(float* dst, float value, size_t n) override;
+  void copy(float* dst, const float* src, size_t n) override;
+  void load_images(float* dst, const uint8_t* host, size_t n) override;
+  void load_labels(float* dst, const uint8_t* host, size_t n) override;
+  void synchronize() override;
+
+  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
+                      float* y) override;
+  void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
+                       float* dx, float* dw, float* db) override;
+  void avgpool_forward(const PoolShape& s, const float* x, float* y) override;
+  void avgpool_backward(const PoolShape& s, const float* dy, float* dx) override;
+  void gap_forward(int n, int c, int hw, const float* x, float* y) override;
+  void gap_backward(int n, int c, int hw, const float* dy, float* dx) override;
+  void relu_forward(const float* x, float* y, size_t n) override;
+  void relu_backward(const float* y, const float* dy, float* dx, size_t n) override;
+  void dense_forward(int n, int in, int out, const float* x, const float* w, const float* b,
+                     float* y) override;
+  void dense_backward(int n, int in, int out, const float* x, const float* w, const float* dy,
+                      float* dx, float* dw, float* db) override;
+  void softmax_xent(int n, int classes, const float* logits, const float* labels, float scale,
+                    float* dlogits, float* stats) override;
+  void batchnorm_forward_train(const BnShape& s, const float* x, const float* gamma,
+                               const float* beta, float* y, float* running_mean,
+                               float* running_var, float* save_mean, float* save_invstd) override;
+  void batchnorm_forward_infer(const BnShape& s, const float* x, const float* gamma,
+                               const float* beta, const float* running_mean,
+                               const float* running_var, float* y) override;
+  void batchnorm_backward(const BnShape& s, const float* x, const float* dy, const float* gamma,
+                          const float* save_mean, const float* save_invstd, float* dx,
+                          float* dgamma, float* dbeta) override;
+  void axpy(float a, const float* x, float* y, size_t n) override;
+  void sgd_step(float* w, const float* g, float lr, size_t n) override;
+
+  void comm_copy(float* dst, const float* src, size_t n) override;
+  void comm_reduce(float* dst, const float* src, size_t n) override;
+  void comm_wait_compute() override;
+  void compute_wait_comm() override;
+  void comm_record() override;
+  void comm_wait_peer(Device& peer) override;
+  void comm_synchronize() override;
+
+ private:
+  using ConvKey = std::array<int, 9>;
+
+  void bind() const;                     // cudaSetDevice(gpu_) for the calling thread
+  void teardown() noexcept;              // frees whatever was created (destructor, failed ctor)
+  CudnnConvPlan& conv_plan(const ConvShape& s);  // descriptors, created once per shape
+  void destroy_conv_plans() noexcept;
+  void* workspace(size_t bytes);         // compute-stream scratch, grown as needed
+  // Pinned host + device byte staging for load_images/load_labels; returns the device copy.
+  const uint8_t* stage_bytes(const uint8_t* host, size_t n);
+  bool accessible(const void* p) const;  // can this GPU's kernels dereference p directly?
+  float* comm_scratch(size_t n);         // comm-stream scratch, grown as needed
+
+  int rank_, gpu_;
+  bool tf32_;
+  std::string name_;
+  std::vector<bool> peer_ok_;  // peer_ok_[g]: kernels on gpu_ may load g's memory
+  cudaStream_t compute_ = nullptr, comm_ = nullptr;
+  cudaEvent_t ev_compute_ = nullptr;  // comm_wait_compute: compute position
+  cudaEvent_t ev_comm_ = nullptr;     // compute_wait_comm: comm position
+  cudaEvent_t ev_peer_ = nullptr;     // comm_record: waited on by peers' comm streams
+  cudaEvent_t ev_staged_ = nullptr;   // pinned staging is free again once this completes
+  cublasHandle_t cublas_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  std::map<ConvKey, CudnnConvPlan> conv_plans_;
+  void* ws_ = nullptr;
+  size_t ws_bytes_ = 0;
+  uint8_t* pinned_ = nullptr;   // host, cudaHostAlloc
+  uint8_t* staged_ = nullptr;   // device
+  size_t stage_bytes_ = 0;
+  float* scratch_ = nullptr;    // comm staging (device-local), in floats
+  size_t scratch_n_ = 0;
+};
+
+}  // namespace dpb

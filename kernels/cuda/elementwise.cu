@@ -1,0 +1,141 @@
+// elementwise.cu: CUDA kernels for the elementwise ops (fill, relu, axpy, sgd_step), data loading
+// (uint8 -> float on the device), bias add and the per-channel sum used for bias gradients.
+// All run on the device's compute stream; every launch is checked.
+#include <algorithm>
+
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/reduce.cuh"
+
+namespace dpb {
+
+namespace cuda_kernels {
+
+namespace {
+
+constexpr int kBlock = 256;
+
+#define DPB_GRID_STRIDE(i, n)                                                         \
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);             \
+       i += size_t(gridDim.x) * blockDim.x)
+
+__global__ void fill_kernel(float* dst, float value, size_t n) {
+  DPB_GRID_STRIDE(i, n) dst[i] = value;
+}
+
+__global__ void bytes_to_float_kernel(float* dst, const uint8_t* src, float divisor, size_t n) {
+  DPB_GRID_STRIDE(i, n) dst[i] = float(src[i]) / divisor;  // exact division, as on the CPU
+}
+
+__global__ void relu_forward_kernel(const float* x, float* y, size_t n) {
+  DPB_GRID_STRIDE(i, n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+
+__global__ void relu_backward_kernel(const float* y, const float* dy, float* dx, size_t n) {
+  DPB_GRID_STRIDE(i, n) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+}
+
+__global__ void axpy_kernel(float a, const float* x, float* y, size_t n) {
+  DPB_GRID_STRIDE(i, n) y[i] += a * x[i];
+}
+
+__global__ void sgd_kernel(float* w, const float* g, float lr, size_t n) {
+  DPB_GRID_STRIDE(i, n) w[i] -= lr * g[i];
+}
+
+__global__ void add_bias_kernel(float* y, const float* b, size_t total, int inner, int channels) {
+  DPB_GRID_STRIDE(i, total) y[i] += b[(i / inner) % channels];
+}
+
+// One block per channel c: db[c] = sum over (o, j) of dy[(o * channels + c) * inner + j], the
+// block's threads striding over the flattened (o, j). Deterministic (fixed order), no atomics.
+__global__ void channel_sum_kernel(const float* dy, float* db, int outer, int channels,
+                                   int inner) {
+  int c = blockIdx.x;
+  size_t count = size_t(outer) * inner;
+  float acc = 0.f;
+  for (size_t idx = threadIdx.x; idx < count; idx += blockDim.x) {
+    size_t o = idx / inner, j = idx - o * inner;
+    acc += dy[(o * channels + c) * inner + j];
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) db[c] = acc;
+}
+
+}  // namespace
+
+int grid_for(size_t n, int block) {
+  size_t blocks = (n + block - 1) / block;
+  return int(std::clamp<size_t>(blocks, 1, 8192));  // grid-stride loops cover the rest
+}
+
+void fill(float* dst, float value, size_t n, cudaStream_t st) {
+  if (n == 0) return;
+  fill_kernel<<<grid_for(n, kBlock), kBlock, 0, st>>>(dst, value, n);
+  CUDA_CHECK_LAUNCH("fill_kernel");
+}
+
+void add_bias(float* y, const float* b, size_t total, int inner, int channels, cudaStream_t st) {
+  if (total == 0) return;
+  add_bias_kernel<<<grid_for(total, kBlock), kBlock, 0, st>>>(y, b, total, inner, channels);
+  CUDA_CHECK_LAUNCH("add_bias_kernel");
+}
+
+void channel_sum(const float* dy, float* db, int outer, int channels, int inner,
+                 cudaStream_t st) {
+  if (channels <= 0) return;
+  channel_sum_kernel<<<channels, kBlock, 0, st>>>(dy, db, outer, channels, inner);
+  CUDA_CHECK_LAUNCH("channel_sum_kernel");
+}
+
+}  // namespace cuda_kernels
+
+using cuda_kernels::grid_for;
+using cuda_kernels::kBlock;
+
+void CudaDevice::load_images(float* dst, const uint8_t* host, size_t n) {
+  if (n == 0) return;
+  bind();
+  const uint8_t* bytes = stage_bytes(host, n);
+  cuda_kernels::bytes_to_float_kernel<<<grid_for(n, kBlock), kBlock, 0, compute_>>>(dst, bytes,
+                                                                                   255.f, n);
+  CUDA_CHECK_LAUNCH("bytes_to_float_kernel (load_images)");
+}
+
+void CudaDevice::load_labels(float* dst, const uint8_t* host, size_t n) {
+  if (n == 0) return;
+  bind();
+  const uint8_t* bytes = stage_bytes(host, n);
+  cuda_kernels::bytes_to_float_kernel<<<grid_for(n, kBlock), kBlock, 0, compute_>>>(dst, bytes,
+                                                                                   1.f, n);
+  CUDA_CHECK_LAUNCH("bytes_to_float_kernel (load_labels)");
+}
+
+void CudaDevice::relu_forward(const float* x, float* y, size_t n) {
+  if (n == 0) return;
+  bind();
+  cuda_kernels::relu_forward_kernel<<<grid_for(n, kBlock), kBlock, 0, compute_>>>(x, y, n);
+  CUDA_CHECK_LAUNCH("relu_forward_kernel");
+}
+
+void CudaDevice::relu_backward(const float* y, const float* dy, float* dx, size_t n) {
+  if (n == 0) return;
+  bind();
+  cuda_kernels::relu_backward_kernel<<<grid_for(n, kBlock), kBlock, 0, compute_>>>(y, dy, dx, n);
+  CUDA_CHECK_LAUNCH("relu_backward_kernel");
+}
+
+void CudaDevice::axpy(float a, const float* x, float* y, size_t n) {
+  if (n == 0) return;
+  bind();
+  cuda_kernels::axpy_kernel<<<grid_for(n, kBlock), kBlock, 0, compute_>>>(a, x, y, n);
+  CUDA_CHECK_LAUNCH("axpy_kernel");
+}
+
+void CudaDevice::sgd_step(float* w, const float* g, float lr, size_t n) {
+  if (n == 0) return;
+  bind();
+  cuda_kernels::sgd_kernel<<<grid_for(n, kBlock), kBlock, 0, compute_>>>(w, g, lr, n);
+  CUDA_CHECK_LAUNCH("sgd_kernel");
+}
+
+}  // namespace dpb

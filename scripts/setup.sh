@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# setup.sh: install what dpbench needs (Debian 12) when missing, then configure and build into
+# build/. Idempotent: a second run installs nothing and rebuilds only what changed.
+#   scripts/setup.sh            # packages + Release build in build/
+#   DPB_CUDA=OFF scripts/setup.sh   # force a CPU-only build (default AUTO: CUDA when nvcc is found)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(build-essential cmake ninja-build pkg-config git zlib1g-dev libdnnl-dev libbenchmark-dev
+      libbenchmark-tools libgtest-dev libcli11-dev nlohmann-json3-dev dataset-fashion-mnist
+      python3 python3-matplotlib python3-pandas python3-numpy openmpi-bin libopenmpi-dev)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    SUDO=sudo
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all Debian packages present"
+fi
+
+BUILD=${DPB_BUILD_DIR:-build}
+CUDA_OPT=${DPB_CUDA:-AUTO}
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPB_CUDA="$CUDA_OPT"
+fi
+cmake --build "$BUILD" -j "$(nproc)"
+echo "setup: built $BUILD/dpbench"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# test.sh: the test command (CI's .ci/run calls it). Sets up and builds, runs the GoogleTest suite
+# and the CLI checks under ctest, then a small deterministic scenario run and the regression check
+# against the committed baseline for this machine class.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+BUILD=${DPB_BUILD_DIR:-build}
+echo "== ctest"
+ctest --test-dir "$BUILD" --output-on-failure -j 2 --timeout 900
+if [ -x scripts/regression_smoke.sh ]; then
+  echo "== regression check"
+  scripts/regression_smoke.sh "$BUILD"
+fi
+echo "test.sh: all checks passed"

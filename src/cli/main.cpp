@@ -1,0 +1,182 @@
+// main.cpp: the `dpbench` command line.
+//   dpbench train --model lenet --devices 2 --batch 256 --lr 0.2 --epochs 10 --csv out.csv
+//   dpbench info            # what this build and machine offer (backends, GPUs, threads)
+// Every invalid argument is refused before any work starts, with a message naming it.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "src/core/check.h"
+#include "src/core/files.h"
+#include "src/data/dataset.h"
+#include "src/model/model.h"
+#include "src/train/trainer.h"
+
+namespace {
+
+using namespace dpb;
+
+const char* kCsvHeader =
+    "model,backend,devices,shared_gpu,quick,allreduce,grad_sync,overlap,bucket_mb,global_batch,"
+    "lr,warmup_epochs,seed,train_examples,test_examples,epoch,lr_end,train_loss,train_acc,"
+    "test_acc,epoch_s,images_per_s,data_s,compute_s,comm_s,exposed_comm_s,comm_calls,"
+    "replicas_in_sync,max_replica_diff";
+
+std::string csv_row(const TrainConfig& c, const Dataset& d, bool quick, bool shared,
+                    const EpochStats& s) {
+  std::ostringstream o;
+  o.precision(6);
+  o << c.model << ',' << c.backend << ',' << c.devices << ',' << int(shared) << ',' << int(quick)
+    << ',' << c.allreduce << ',' << to_string(c.sync.mode) << ',' << (c.sync.overlap ? "on" : "off")
+    << ',' << c.sync.bucket_mb << ',' << c.batch << ',' << c.lr << ',' << c.warmup_epochs << ','
+    << c.seed << ',' << d.train.n << ',' << d.test.n << ',' << s.epoch << ',' << s.lr_end << ','
+    << s.train_loss << ',' << s.train_acc << ',' << s.test_acc << ',' << s.epoch_s << ','
+    << s.images_per_s << ',' << s.data_s << ',' << s.compute_s << ',' << s.comm_s << ','
+    << s.exposed_comm_s << ',' << s.comm_calls << ',' << int(s.replicas_in_sync) << ','
+    << s.max_replica_diff;
+  return o.str();
+}
+
+std::string pick_backend(const std::string& b) {
+  if (b != "auto") return b;
+  bool gpu = cuda_built() && cuda_device_count() > 0;
+  std::string pick = gpu ? "cuda" : "cpu";
+  std::fprintf(stderr, "dpbench: --backend auto picked %s (%s)\n", pick.c_str(),
+               gpu ? "CUDA build and a GPU are present"
+                   : (cuda_built() ? "no CUDA GPU found" : "built without CUDA"));
+  return pick;
+}
+
+int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_limit,
+              int test_limit, const std::string& csv, const std::string& dump, bool quiet) {
+  TrainConfig cfg = cfg_in;
+  cfg.backend = pick_backend(cfg.backend);
+  Dataset data = load_fashion_mnist(resolve_data_dir(data_dir), train_limit, test_limit);
+  validate(cfg, data);
+  const bool quick = train_limit > 0 || test_limit > 0;
+  if (!quiet)
+    std::printf("dpbench train: %s on %d %s device(s), global batch %d, lr %g, %d epoch(s), "
+                "allreduce %s, grad-sync %s, overlap %s; %d train / %d test examples from %s\n",
+                cfg.model.c_str(), cfg.devices, cfg.backend.c_str(), cfg.batch, cfg.lr, cfg.epochs,
+                cfg.allreduce.c_str(), to_string(cfg.sync.mode).c_str(),
+                cfg.sync.overlap ? "on" : "off", data.train.n, data.test.n, data.dir.c_str());
+  std::fflush(stdout);
+  bool shared = false;
+  TrainResult res = train(cfg, data, [&](const EpochStats& s) {
+    if (!quiet)
+      std::printf("epoch %2d  loss %.4f  train acc %.4f  test acc %.4f  %.2f s  %.0f img/s  "
+                  "comm %.3f s  exposed %.3f s  in sync %s\n",
+                  s.epoch, s.train_loss, s.train_acc, s.test_acc, s.epoch_s, s.images_per_s,
+                  s.comm_s, s.exposed_comm_s, s.replicas_in_sync ? "yes" : "NO");
+    std::fflush(stdout);
+  });
+  shared = res.shared_gpu;
+  if (!csv.empty()) {
+    std::vector<std::string> rows;
+    for (const auto& s : res.epochs) rows.push_back(csv_row(cfg, data, quick, shared, s));
+    append_csv_rows(csv, kCsvHeader, rows);
+  }
+  if (!dump.empty()) {
+    std::string bytes(reinterpret_cast<const char*>(res.final_params.data()),
+                      res.final_params.size() * sizeof(float));
+    write_file_atomic(dump, bytes);
+  }
+  double best = 0;
+  for (const auto& s : res.epochs) best = std::max(best, s.test_acc);
+  if (!quiet)
+    std::printf("final test acc %.4f, best %.4f; devices: %s%s\n", res.epochs.back().test_acc,
+                best, res.device_names[0].c_str(), res.device_names.size() > 1 ? ", ..." : "");
+  for (const auto& s : res.epochs)
+    if (!s.replicas_in_sync) {
+      std::fprintf(stderr, "dpbench: replicas diverged in epoch %d (max |diff| %g)\n", s.epoch,
+                   s.max_replica_diff);
+      return 3;
+    }
+  return 0;
+}
+
+int run_info() {
+  std::string cpu = "unknown";
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  int ngpu = cuda_device_count();
+  std::printf("{\"cpu\": \"%s\", \"cores\": %u, \"cuda_built\": %s, \"cuda_devices\": %d, "
+              "\"default_backend\": \"%s\"}\n",
+              cpu.c_str(), std::thread::hardware_concurrency(), cuda_built() ? "true" : "false",
+              ngpu, (cuda_built() && ngpu > 0) ? "cuda" : "cpu");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dpbench: data-parallel training benchmarks (LeNet and ResNet-18 on Fashion-MNIST)"};
+  app.require_subcommand(1);
+  TrainConfig cfg;
+  std::string data_dir, csv, dump, sync_mode = "fused", overlap = "off", backend = "auto";
+  int train_limit = 0, test_limit = 0;
+  bool quiet = false;
+
+  auto* tr = app.add_subcommand("train", "train a model data-parallel and report per epoch");
+  tr->add_option("--model", cfg.model, "lenet | resnet18")->check(CLI::IsMember({"lenet", "resnet18"}))
+      ->capture_default_str();
+  tr->add_option("--backend", backend, "auto | cpu | cuda (auto: cuda when built and a GPU is found)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  tr->add_option("--devices", cfg.devices, "number of logical devices (ranks)")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  tr->add_option("--batch", cfg.batch, "global minibatch size (split across devices)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  tr->add_option("--lr", cfg.lr, "learning rate (SGD, no momentum)")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  tr->add_option("--epochs", cfg.epochs, "epochs")->check(CLI::PositiveNumber)->capture_default_str();
+  tr->add_option("--warmup-epochs", cfg.warmup_epochs,
+                 "gradual warmup: lr ramps linearly from lr/devices to lr over these epochs")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  tr->add_option("--allreduce", cfg.allreduce, "naive | ring | nccl")
+      ->check(CLI::IsMember({"naive", "ring", "nccl"}))->capture_default_str();
+  tr->add_option("--grad-sync", sync_mode, "per-param | fused | bucketed")
+      ->check(CLI::IsMember({"per-param", "fused", "bucketed"}))->capture_default_str();
+  tr->add_option("--overlap", overlap, "on | off: all-reduce gradients while backward runs")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  tr->add_option("--bucket-mb", cfg.sync.bucket_mb, "bucket cap in MB (1e6 bytes) for bucketed")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  tr->add_option("--seed", cfg.seed, "seed for initialization and shuffling")->capture_default_str();
+  tr->add_option("--threads", cfg.threads, "CPU math threads per device (0: cores / devices)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  tr->add_flag("--tf32", cfg.tf32, "allow TF32 tensor-core math (CUDA backend)");
+  tr->add_option("--train-limit", train_limit, "use only the first N training examples (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  tr->add_option("--test-limit", test_limit, "use only the first N test examples (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  tr->add_option("--data-dir", data_dir,
+                 "Fashion-MNIST IDX directory (default: $DPBENCH_DATA, else "
+                 "/usr/share/datasets/fashion-mnist)");
+  tr->add_option("--csv", csv, "append one row per epoch to this CSV (header written once)");
+  tr->add_option("--dump-params", dump,
+                 "write replica 0's final parameters as raw little-endian float32, model order");
+  tr->add_flag("--quiet", quiet, "no per-epoch lines on stdout");
+  auto* info = app.add_subcommand("info", "print what this build and machine offer, as JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (info->parsed()) return run_info();
+    cfg.backend = backend;
+    cfg.sync.mode = parse_sync_mode(sync_mode);
+    cfg.sync.overlap = overlap == "on";
+    return run_train(cfg, data_dir, train_limit, test_limit, csv, dump, quiet);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dpbench: error: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,84 @@
+// model.cpp: parameter tables, deterministic initialization and shuffling, the model factory.
+#include "src/model/model.h"
+
+#include <cmath>
+
+#include "src/core/check.h"
+
+namespace dpb {
+
+std::unique_ptr<Model> make_lenet(Device& dev, int max_batch);
+std::unique_ptr<Model> make_resnet18(Device& dev, int max_batch);
+
+int ParamTable::add(const std::string& name, std::vector<int> shape, Init init) {
+  size_t n = 1;
+  for (int d : shape) n *= size_t(d);
+  list_.push_back({name, std::move(shape), init, total_, n});
+  total_ += n;
+  return int(list_.size()) - 1;
+}
+
+std::vector<size_t> Model::param_sizes() const {
+  std::vector<size_t> s;
+  for (const auto& p : params()) s.push_back(p.size);
+  return s;
+}
+
+bool is_model_name(const std::string& name) { return name == "lenet" || name == "resnet18"; }
+
+std::unique_ptr<Model> make_model(const std::string& name, Device& dev, int max_batch) {
+  DPB_CHECK(max_batch >= 1, "model batch must be >= 1, got " << max_batch);
+  if (name == "lenet") return make_lenet(dev, max_batch);
+  if (name == "resnet18") return make_resnet18(dev, max_batch);
+  DPB_CHECK(false, "--model: unknown model '" << name << "' (valid: lenet, resnet18)");
+}
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+std::vector<float> init_params(const std::vector<ParamInfo>& params, uint64_t seed) {
+  size_t total = 0;
+  for (const auto& p : params) total = std::max(total, p.offset + p.size);
+  std::vector<float> w(total, 0.0f);
+  uint64_t state = seed * 0x2545F4914F6CDD1Dull + 1;
+  auto uniform = [&] { return (double(splitmix64(state) >> 11) + 0.5) * 0x1.0p-53; };  // (0, 1)
+  for (const auto& p : params) {
+    float* dst = w.data() + p.offset;
+    for (size_t i = 0; i < p.size; ++i) {
+      switch (p.init) {
+        case Init::Zero: dst[i] = 0.0f; break;
+        case Init::One: dst[i] = 1.0f; break;
+        case Init::Normal001: {
+          double u1 = uniform(), u2 = uniform();
+          dst[i] = float(0.01 * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+          break;
+        }
+      }
+    }
+  }
+  return w;
+}
+
+std::vector<int> epoch_permutation(int n, uint64_t seed, int epoch) {
+  std::vector<int> perm(n);
+  for (int i = 0; i < n; ++i) perm[i] = i;
+  uint64_t state = seed ^ (0x9E3779B97F4A7C15ull * uint64_t(epoch + 1));
+  for (int i = n - 1; i > 0; --i) {  // Fisher-Yates
+    int j = int(splitmix64(state) % uint64_t(i + 1));
+    std::swap(perm[i], perm[j]);
+  }
+  return perm;
+}
+
+}  // namespace dpb
+
+namespace dpb {
+std::vector<ParamInfo> model_param_layout(const std::string& name) {
+  auto dev = make_cpu_device(0, 1);
+  return make_model(name, *dev, 1)->params();
+}
+}  // namespace dpb

@@ -1,0 +1,81 @@
+// model.h: the models dpbench trains (LeNet and ResNet-18 as in the d2l seeds), written once over
+// the Device interface so every backend runs the same network.
+//
+// A Model instance is one replica bound to one device: it owns that device's activation buffers
+// (sized for max_batch) and per-device state (BatchNorm running statistics, which are not
+// all-reduced, as in d2l and Goyal et al.). Parameters and gradients are flat buffers owned by the
+// caller, laid out in model order as params() describes; --dump-params writes that same order.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/core/device.h"
+
+namespace dpb {
+
+enum class Init { Normal001, Zero, One };  // N(0, 0.01) weights, zero biases/betas, one gammas
+
+struct ParamInfo {
+  std::string name;
+  std::vector<int> shape;
+  Init init = Init::Zero;
+  size_t offset = 0, size = 0;  // in floats, within the flat buffer
+};
+
+// Appends parameters and assigns offsets.
+class ParamTable {
+ public:
+  int add(const std::string& name, std::vector<int> shape, Init init);
+  const std::vector<ParamInfo>& list() const { return list_; }
+  size_t total() const { return total_; }
+
+ private:
+  std::vector<ParamInfo> list_;
+  size_t total_ = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::string name() const = 0;
+  const std::vector<ParamInfo>& params() const { return table_.list(); }
+  size_t num_floats() const { return table_.total(); }
+  std::vector<size_t> param_sizes() const;
+  int max_batch() const { return max_batch_; }
+
+  // Forward on n <= max_batch images x (n, 1, 28, 28) on the device; returns the logits (n, 10).
+  // train selects batch statistics (and saves what backward needs) vs running statistics.
+  virtual const float* forward(const float* w, const float* x, int n, bool train) = 0;
+  // Backward of the last training forward, from dlogits (n, 10). Writes every parameter's gradient
+  // into g (same layout as w) and calls ready(i) as soon as parameter i's gradient is final.
+  virtual void backward(const float* w, float* g, const float* dlogits, int n,
+                        const std::function<void(int)>& ready) = 0;
+
+ protected:
+  Model(Device& dev, int max_batch) : dev_(dev), max_batch_(max_batch) {}
+  const float* P(const float* w, int i) const { return w + table_.list()[i].offset; }
+  float* P(float* w, int i) const { return w + table_.list()[i].offset; }
+
+  Device& dev_;
+  int max_batch_;
+  ParamTable table_;
+};
+
+// name: "lenet" | "resnet18"; throws dpb::Error naming the value otherwise.
+std::unique_ptr<Model> make_model(const std::string& name, Device& dev, int max_batch);
+bool is_model_name(const std::string& name);
+// The parameter layout without allocating anything on a device (for planning and benchmarks).
+std::vector<ParamInfo> model_param_layout(const std::string& name);
+
+// Deterministic host initialization from the seed (N(0, 0.01) by Box-Muller over splitmix64, so
+// the same on every platform and for every device count).
+std::vector<float> init_params(const std::vector<ParamInfo>& params, uint64_t seed);
+
+// Deterministic helpers shared by the trainer and the tests.
+uint64_t splitmix64(uint64_t& state);
+std::vector<int> epoch_permutation(int n, uint64_t seed, int epoch);
+
+}  // namespace dpb

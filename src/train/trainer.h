@@ -1,0 +1,62 @@
+// trainer.h: data-parallel training, written once over Device, AllReduce and GradSync.
+//
+// k ranks, one host thread each, each with its own device and model replica. Every global
+// minibatch (one shuffle per epoch from the seed, so the batches are the same for every k) is
+// split into k contiguous shards whose sizes differ by at most one; each rank computes the loss
+// (normalized by the global batch size, so k ranks compute the same update as one) and gradients
+// on its shard; gradients are all-reduced (naive | ring | nccl, per-param | fused | bucketed,
+// with or without overlap); every replica takes the identical SGD step. Parameters are broadcast
+// from rank 0 at the start; at the end of every epoch all replicas are compared.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collectives/grad_sync.h"
+#include "src/data/dataset.h"
+
+namespace dpb {
+
+struct TrainConfig {
+  std::string model = "lenet";
+  std::string backend = "cpu";  // resolved: "cpu" | "cuda"
+  int devices = 1;
+  int batch = 256;  // global
+  double lr = 0.2;
+  int epochs = 10;
+  double warmup_epochs = 0;  // Goyal et al.: lr ramps linearly from lr/devices to lr
+  std::string allreduce = "ring";
+  GradSyncConfig sync;
+  uint64_t seed = 0;
+  int threads = 0;  // CPU math threads per device; 0: cores / devices, at least 1
+  bool tf32 = false;
+  bool progress = true;  // progress lines on stderr during long epochs
+};
+
+struct EpochStats {
+  int epoch = 0;  // 1-based
+  double train_loss = 0, train_acc = 0, test_acc = 0;
+  double epoch_s = 0, images_per_s = 0;
+  double data_s = 0, compute_s = 0, comm_s = 0, exposed_comm_s = 0;
+  long comm_calls = 0;
+  double lr_end = 0;
+  bool replicas_in_sync = false;
+  double max_replica_diff = 0;
+};
+
+struct TrainResult {
+  std::vector<EpochStats> epochs;
+  std::vector<float> final_params;  // replica 0, model order
+  std::vector<std::string> device_names;
+  bool shared_gpu = false;
+};
+
+// Throws dpb::Error naming the argument when the configuration is invalid (before any work).
+void validate(const TrainConfig& cfg, const Dataset& data);
+
+// on_epoch is called (on the calling thread's behalf, from rank 0) after each epoch.
+TrainResult train(const TrainConfig& cfg, const Dataset& data,
+                  const std::function<void(const EpochStats&)>& on_epoch = {});
+
+}  // namespace dpb

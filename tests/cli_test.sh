@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# cli_test.sh BUILD_DIR: the dpbench command line refuses bad input before any work, with a message
+# naming the argument and a non-zero exit; --help works; results are written whole.
+set -u
+BIN="$1/dpbench"
+fails=0
+expect_fail() {  # expect_fail "needle" args...
+  local needle="$1"; shift
+  out=$("$BIN" "$@" 2>&1); rc=$?
+  if [ $rc -eq 0 ] || ! grep -qF -- "$needle" <<<"$out"; then
+    echo "FAIL: dpbench $* -> rc=$rc, expected non-zero and '$needle' in:"; echo "$out" | head -5
+    fails=$((fails + 1))
+  else
+    echo "ok: dpbench $* -> rc=$rc ($(head -1 <<<"$out" | cut -c1-100))"
+  fi
+}
+"$BIN" --help >/dev/null || { echo "FAIL: --help"; fails=$((fails + 1)); }
+"$BIN" train --help | grep -q -- "--grad-sync" || { echo "FAIL: train --help"; fails=$((fails + 1)); }
+expect_fail "--devices" train --devices 0
+expect_fail "--devices" train --devices -2
+expect_fail "--batch" train --devices 4 --batch 2 --train-limit 100 --test-limit 10
+expect_fail "--model" train --model vgg
+expect_fail "--allreduce" train --allreduce tree
+expect_fail "--lr" train --lr abc
+expect_fail "--epochs" train --epochs 1.5x
+expect_fail "--bogus" train --bogus 3
+expect_fail "--grad-sync" train --grad-sync sometimes
+expect_fail "--allreduce nccl" train --backend cpu --allreduce nccl --train-limit 100 --test-limit 10
+expect_fail "does not exist" train --data-dir /nonexistent/dpbench-data
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+printf 'garbage' > "$tmp/train-images-idx3-ubyte"
+expect_fail "train-images-idx3-ubyte" train --data-dir "$tmp"
+# A valid tiny run writes a complete CSV with one header and leaves no temporary files behind.
+if [ -d /usr/share/datasets/fashion-mnist ]; then
+  "$BIN" train --devices 2 --batch 32 --epochs 1 --train-limit 256 --test-limit 64 --quiet \
+      --csv "$tmp/out.csv" --dump-params "$tmp/p.bin" || { echo "FAIL: tiny run"; fails=$((fails + 1)); }
+  "$BIN" train --devices 3 --batch 32 --epochs 1 --train-limit 256 --test-limit 64 --quiet \
+      --csv "$tmp/out.csv" || { echo "FAIL: tiny run 2"; fails=$((fails + 1)); }
+  [ "$(grep -c '^model,' "$tmp/out.csv")" = 1 ] && [ "$(wc -l < "$tmp/out.csv")" = 3 ] \
+      || { echo "FAIL: csv shape"; cat "$tmp/out.csv"; fails=$((fails + 1)); }
+  [ "$(stat -c %s "$tmp/p.bin")" = $((4 * 129068)) ] || { echo "FAIL: dump size"; fails=$((fails + 1)); }
+  ls "$tmp" | grep -q '\.tmp\.' && { echo "FAIL: temporary file left"; fails=$((fails + 1)); }
+fi
+[ $fails -eq 0 ] && echo "cli_test: all passed" || { echo "cli_test: $fails failure(s)"; exit 1; }
