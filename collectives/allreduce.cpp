@@ -4,6 +4,7 @@
 // cuda/nccl_allreduce.cu. Tested by tests/test_allreduce.cpp.
 #include "collectives/allreduce.h"
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <thread>
@@ -23,7 +24,7 @@ static inline void cpu_relax() {
 #endif
 }
 
-HostBarrier::HostBarrier(int k, int spin) : k_(k), spin_(spin) {}
+HostBarrier::HostBarrier(int k, double spin_us) : k_(k), spin_us_(spin_us) {}
 
 bool HostBarrier::arrive_and_wait() {
   if (aborted_.load()) return false;
@@ -35,9 +36,14 @@ bool HostBarrier::arrive_and_wait() {
     gen_.notify_all();
     return !aborted_.load();
   }
-  for (int i = 0; i < spin_; ++i) {
-    if (gen_.load(std::memory_order_acquire) != g) return !aborted_.load();
-    cpu_relax();
+  if (spin_us_ > 0) {  // bounded by time: a pause instruction takes 10 to 150 cycles
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::nanoseconds(int64_t(spin_us_ * 1e3));
+    for (int i = 1;; ++i) {
+      if (gen_.load(std::memory_order_acquire) != g) return !aborted_.load();
+      cpu_relax();
+      if (i % 32 == 0 && std::chrono::steady_clock::now() > until) break;
+    }
   }
   while (gen_.load(std::memory_order_acquire) == g && !aborted_.load()) gen_.wait(g);
   return !aborted_.load();
@@ -52,10 +58,11 @@ void HostBarrier::abort() {
 // ---------------------------------------------------------------- CommGroup
 
 // Spinning only pays when every rank has a core to itself; oversubscribed, it steals the core
-// the awaited thread needs, so then the barrier blocks at once.
-static int spin_count(int k) {
+// the awaited thread needs, so then the barrier blocks at once. A futex wake-up costs a few to
+// tens of microseconds, so spinning longer than that buys nothing.
+static double spin_us(int k) {
   unsigned cores = std::thread::hardware_concurrency();
-  return (cores == 0 || unsigned(k) > cores) ? 0 : 4000;
+  return (cores == 0 || unsigned(k) > cores) ? 0.0 : 20.0;
 }
 
 static bool needs_events(const std::vector<Device*>& devs) {
@@ -66,7 +73,7 @@ static bool needs_events(const std::vector<Device*>& devs) {
 
 CommGroup::CommGroup(int k, std::vector<Device*> devices)
     : k_(k), devs_(std::move(devices)), ptrs_(size_t(k > 0 ? k : 0), nullptr),
-      ordered_(false), host_barrier_(k, spin_count(k)) {
+      ordered_(false), host_barrier_(k, spin_us(k)) {
   DPB_CHECK(k >= 1, "CommGroup: need at least one rank, got " << k);
   DPB_CHECK(devs_.size() == size_t(k),
             "CommGroup: " << k << " ranks but " << devs_.size() << " devices");

@@ -31,17 +31,18 @@
 
 namespace dpb {
 
-// k-thread barrier that spins briefly (when the threads have a core each) and then blocks on a
-// futex (std::atomic::wait). abort() wakes every waiter; arrive_and_wait() then returns false.
+// k-thread barrier that spins for up to spin_us microseconds (worth it only when the k threads
+// have a core each) and then blocks on a futex (std::atomic::wait). abort() wakes every waiter;
+// arrive_and_wait() then returns false.
 class HostBarrier {
  public:
-  HostBarrier(int k, int spin);
+  HostBarrier(int k, double spin_us);
   bool arrive_and_wait();
   void abort();
 
  private:
   const int k_;
-  const int spin_;
+  const double spin_us_;
   alignas(64) std::atomic<int> count_{0};
   alignas(64) std::atomic<uint32_t> gen_{0};
   std::atomic<bool> aborted_{false};
@@ -95,7 +96,9 @@ std::unique_ptr<AllReduce> make_allreduce(const std::string& algorithm, CommGrou
 
 // The bare algorithms (no tracing, no abort on failure); use make_allreduce.
 std::unique_ptr<AllReduce> make_naive_allreduce(CommGroup& group);
-std::unique_ptr<AllReduce> make_ring_allreduce(CommGroup& group);
+// piece_floats: pipeline the ring in pieces of about this many floats per chunk (0: 256 KB
+// pieces on the CPU backend, no pipelining on others); see ring.cpp.
+std::unique_ptr<AllReduce> make_ring_allreduce(CommGroup& group, size_t piece_floats = 0);
 // Defined in collectives/cuda/nccl_allreduce.cu when built with CUDA (DPB_HAVE_CUDA); otherwise
 // in allreduce.cpp, where it throws.
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group);

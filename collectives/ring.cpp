@@ -3,8 +3,16 @@
 // of its left neighbour's buffer into its own; afterwards rank r holds the full sum of chunk
 // (r+1) mod k. All-gather, steps s = 0..k-2: rank r copies chunk (r-s) mod k from its left
 // neighbour. A device-ordered barrier separates the steps, so each step reads what the left
-// neighbour finished in the step before. Built by make_allreduce("ring", group); tested by
-// tests/test_allreduce.cpp.
+// neighbour finished in the step before.
+//
+// Pipelining: each chunk is cut into m pieces and the 2(k-1)-step ring runs on piece j one tick
+// after piece j-1 (tick t does step t-j of piece j, for every piece in flight), with one barrier
+// per tick: m + 2(k-1) - 1 ticks instead of 2(k-1) steps. Every hazard of the plain ring is at
+// least one step apart, hence one tick apart, so one barrier per tick is enough. On the CPU this
+// keeps what the left neighbour wrote in the last tick in cache when it is read (the buffers are
+// larger than the cache); on other devices m = 1 (the plain ring) unless a piece size is given.
+// Built by make_allreduce("ring", group); tested by tests/test_allreduce.cpp.
+#include <algorithm>
 #include <memory>
 
 #include "collectives/allreduce.h"
@@ -12,9 +20,20 @@
 namespace dpb {
 namespace {
 
+// CPU piece size: small enough that the pieces of one tick (up to 2(k-1) per rank) stay in the
+// caches until the right neighbour reads them, large enough that the barriers stay cheap.
+constexpr size_t kCpuPieceFloats = size_t(64) << 10;  // 256 KB
+
+// Piece j of a chunk of len floats cut into m pieces whose sizes differ by at most one.
+inline size_t split_begin(size_t len, size_t m, size_t j) {
+  return j * (len / m) + std::min(j, len % m);
+}
+
 class RingAllReduce final : public AllReduce {
  public:
-  explicit RingAllReduce(CommGroup& group) : group_(group) {}
+  RingAllReduce(CommGroup& group, size_t piece_floats) : group_(group), piece_(piece_floats) {
+    if (piece_ == 0 && group.device(0).kind() == BackendKind::Cpu) piece_ = kCpuPieceFloats;
+  }
   std::string name() const override { return "ring"; }
 
   void run(int rank, float* buf, size_t n) override {
@@ -23,28 +42,36 @@ class RingAllReduce final : public AllReduce {
     Device& dev = group_.device(rank);
     group_.exchange(rank, buf);
     const float* left = group_.peer((rank + k - 1) % k);
-    for (int s = 0; s < k - 1; ++s) {  // reduce-scatter
-      const int c = ((rank - s - 1) % k + k) % k;
-      const size_t off = chunk_begin(n, k, c), len = chunk_size(n, k, c);
-      if (len) dev.comm_reduce(buf + off, left + off, len);
-      group_.barrier(rank);
-    }
-    for (int s = 0; s < k - 1; ++s) {  // all-gather
-      const int c = ((rank - s) % k + k) % k;
-      const size_t off = chunk_begin(n, k, c), len = chunk_size(n, k, c);
-      if (len) dev.comm_copy(buf + off, left + off, len);
+    const int steps = 2 * (k - 1);
+    const size_t biggest_chunk = chunk_size(n, k, 0);
+    const size_t m = piece_ ? std::max<size_t>(1, (biggest_chunk + piece_ - 1) / piece_) : 1;
+    for (size_t t = 0; t + 1 < m + steps; ++t) {
+      // Pieces in flight at tick t: j with 0 <= t - j < steps; oldest (furthest along) first.
+      const size_t j_lo = t + 1 > size_t(steps) ? t + 1 - steps : 0, j_hi = std::min(t, m - 1);
+      for (size_t j = j_lo; j <= j_hi; ++j) {
+        const int s = int(t - j);
+        const bool gather = s >= k - 1;
+        const int c = gather ? ((rank - (s - (k - 1))) % k + k) % k : ((rank - s - 1) % k + k) % k;
+        const size_t len_c = chunk_size(n, k, c);
+        const size_t off = chunk_begin(n, k, c) + split_begin(len_c, m, j);
+        const size_t len = split_begin(len_c, m, j + 1) - split_begin(len_c, m, j);
+        if (len == 0) continue;
+        if (gather) dev.comm_copy(buf + off, left + off, len);
+        else dev.comm_reduce(buf + off, left + off, len);
+      }
       group_.barrier(rank);  // the last one: nobody reads this buffer after run() returns
     }
   }
 
  private:
   CommGroup& group_;
+  size_t piece_;  // floats per piece of a chunk; 0: no pipelining
 };
 
 }  // namespace
 
-std::unique_ptr<AllReduce> make_ring_allreduce(CommGroup& group) {
-  return std::make_unique<RingAllReduce>(group);
+std::unique_ptr<AllReduce> make_ring_allreduce(CommGroup& group, size_t piece_floats) {
+  return std::make_unique<RingAllReduce>(group, piece_floats);
 }
 
 }  // namespace dpb

@@ -3,7 +3,9 @@
 // (every parameter reported exactly once, after its gradient is written).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "src/model/model.h"
@@ -65,6 +67,33 @@ struct Harness {
   float get(size_t i) { float v; dev->download(&v, w.get() + i, 1); return v; }
 };
 
+// Directional derivative along d = g + noise (unit norm), over all parameters at once: kinks
+// average out, so this is a tight whole-model check: (L(w + eps d) - L(w - eps d)) / 2 eps == g.d
+void check_directional(Harness& h, float eps, double rtol) {
+  std::vector<float> an = h.grad();
+  size_t P = an.size();
+  std::vector<float> w0(P), d(P), wp(P);
+  h.dev->download(w0.data(), h.w.get(), P);
+  double g2 = 0;
+  for (float v : an) g2 += double(v) * v;
+  const double rms = std::sqrt(g2 / P);
+  std::mt19937 rng(11);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  double d2 = 0;
+  std::vector<double> dd(P);
+  for (size_t i = 0; i < P; ++i) dd[i] = an[i] + rms * nd(rng), d2 += dd[i] * dd[i];
+  double gd = 0;
+  for (size_t i = 0; i < P; ++i) d[i] = float(dd[i] / std::sqrt(d2)), gd += double(an[i]) * d[i];
+  auto at = [&](float s) {
+    for (size_t i = 0; i < P; ++i) wp[i] = w0[i] + s * d[i];
+    h.dev->upload(h.w.get(), wp.data(), P);
+    return h.loss();
+  };
+  double fd = (at(eps) - at(-eps)) / (2.0 * eps);
+  h.dev->upload(h.w.get(), w0.data(), P);
+  EXPECT_NEAR(fd, gd, rtol * std::fabs(gd)) << "directional derivative, |g| = " << std::sqrt(g2);
+}
+
 void check_fd(Harness& h, int samples_per_param, float eps, double atol, double rtol) {
   std::vector<float> an = h.grad();
   std::mt19937 rng(7);
@@ -82,12 +111,13 @@ void check_fd(Harness& h, int samples_per_param, float eps, double atol, double 
       ++checked;
       if (std::fabs(fd - an[i]) > atol + rtol * std::fabs(fd)) {
         if (++bad <= 10)
-          ADD_FAILURE() << p.name << "[" << i - p.offset << "]: analytic " << an[i] << " vs fd "
-                        << fd;
+          std::printf("  mismatch %s[%zu]: analytic %.6g vs finite difference %.6g\n",
+                      p.name.c_str(), i - p.offset, double(an[i]), fd);
       }
     }
   }
-  EXPECT_EQ(bad, 0) << "of " << checked << " sampled parameters";
+  // Central differences straddle a ReLU kink now and then; allow one sample in 25 to miss.
+  EXPECT_LE(bad, std::max(1, checked / 25)) << "of " << checked << " sampled parameters";
 }
 
 }  // namespace
@@ -107,7 +137,8 @@ TEST(Models, LayoutsMatchTheSeeds) {
 
 TEST(Models, LeNetGradientMatchesFiniteDifferences) {
   Harness h("lenet", 6, 30.0);
-  check_fd(h, 6, 1e-2f, 2e-3, 5e-2);
+  check_fd(h, 6, 1e-3f, 2e-3, 5e-2);
+  check_directional(h, 1e-2f, 1e-2);
 }
 
 TEST(Models, ReadyCalledOncePerParameter) {
@@ -123,5 +154,6 @@ TEST(Models, ReadyCalledOncePerParameter) {
 
 TEST(Models, ResNet18GradientMatchesFiniteDifferences) {
   Harness h("resnet18", 3, 10.0);
-  check_fd(h, 1, 1e-2f, 3e-3, 8e-2);
+  check_directional(h, 1e-3f, 1e-2);
+  check_fd(h, 1, 1e-3f, 2e-3, 5e-2);
 }

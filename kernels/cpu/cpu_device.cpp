@@ -26,15 +26,30 @@ std::ostream& operator<<(std::ostream& os, const BnShape& s) {
   return os << "bn(n=" << s.n << " c=" << s.c << " hw=" << s.hw << ")";
 }
 
+namespace cpu {
+
+HostBuf::~HostBuf() { std::free(p_); }
+
+void* HostBuf::get(size_t bytes, const char* what, int rank) {
+  if (bytes > bytes_) {
+    const size_t want = (bytes + 4095) / 4096 * 4096;
+    std::free(p_);
+    p_ = std::aligned_alloc(4096, want);
+    bytes_ = p_ ? want : 0;
+    DPB_CHECK(p_ != nullptr,
+              "cpu:" << rank << ": cannot allocate " << what << " (" << want << " bytes)");
+  }
+  return p_;
+}
+
+}  // namespace cpu
+
 CpuDevice::CpuDevice(int rank, int threads)
     : rank_(rank), threads_(threads), eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
   DPB_CHECK(threads >= 1, "cpu:" << rank << ": threads must be >= 1, got " << threads);
 }
 
-CpuDevice::~CpuDevice() {
-  conv_cache_.clear();
-  std::free(scratch_);
-}
+CpuDevice::~CpuDevice() = default;
 
 std::string CpuDevice::name() const {
   const dnnl_version_t* v = dnnl_version();
@@ -101,7 +116,7 @@ void CpuDevice::comm_copy(float* dst, const float* src, size_t n) {
   if (n && dst != src) std::memcpy(dst, src, n * sizeof(float));
 }
 
-void CpuDevice::comm_reduce(float* __restrict dst, const float* __restrict src, size_t n) {
+void CpuDevice::comm_reduce(float* dst, const float* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 

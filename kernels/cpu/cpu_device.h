@@ -38,13 +38,34 @@ namespace cpu {
 // Loops shorter than this run on the calling thread only (an OpenMP fork costs a few µs).
 constexpr size_t kParallelMin = size_t(1) << 15;
 
+// A growable, 4 KiB-aligned host buffer (the conv workspaces and scratchpad). Contents are not
+// preserved when it grows.
+class HostBuf {
+ public:
+  HostBuf() = default;
+  HostBuf(const HostBuf&) = delete;
+  HostBuf& operator=(const HostBuf&) = delete;
+  ~HostBuf();
+  void* get(size_t bytes, const char* what, int rank);  // at least `bytes`, grown as needed
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Device-wide workspaces shared by every conv shape (ops on a device are serial, so a blocked
+// copy is only live during one call): one per tensor role, plus the oneDNN scratchpad.
+enum ConvSlot { kSlotX, kSlotY, kSlotW, kSlotB, kSlotScratch, kNumSlots };
+
 // One argument of a cached conv primitive: the user's plain (nchw / oihw / x) memory, re-pointed
 // at the caller's buffer on each call, and, when oneDNN chose a blocked layout for speed, the
-// primitive-side memory plus the reorder between the two.
+// primitive-side memory (backed by a workspace slot) plus the reorder between the two.
 struct ConvOperand {
   dnnl::memory user;
   std::optional<dnnl::memory> prim;
   std::optional<dnnl::reorder> reorder;  // user -> prim for inputs, prim -> user for outputs
+  ConvSlot slot = kSlotX;
 };
 
 // Cached oneDNN state for one convolution shape; each direction is created on first use.
@@ -57,7 +78,7 @@ struct ConvPrims {
   ConvOperand bd_w, bd_dy, bd_dx;
   std::optional<dnnl::convolution_backward_weights> bwd_weights;
   ConvOperand bw_x, bw_dy, bw_dw, bw_db;
-  dnnl::memory::desc fwd_scratch, bd_scratch, bw_scratch;
+  dnnl::memory fwd_scratch, bd_scratch, bw_scratch;  // handles set per call
 };
 
 using ConvKey = std::array<int, 9>;  // n, c, h, w, k, r, s, pad, stride
@@ -124,16 +145,19 @@ class CpuDevice final : public Device {
   void enter() const;
   // The cached primitives for shape s (created on first use).
   cpu::ConvPrims& conv_prims(const ConvShape& s);
-  // A scratchpad memory for md, backed by the device's reusable buffer (grown as needed).
-  dnnl::memory scratch_for(const dnnl::memory::desc& md);
+  // Conv operand plumbing (conv.cpp): point o at the caller's buffer and, for a blocked
+  // layout, at its workspace slot; inputs are reordered in, outputs back out by finish().
+  dnnl::memory& conv_input(cpu::ConvOperand& o, const float* p);
+  dnnl::memory& conv_output(cpu::ConvOperand& o, float* p);
+  void conv_finish(cpu::ConvOperand& o);
+  dnnl::memory& conv_scratch(dnnl::memory& m);
 
   int rank_;
   int threads_;
   dnnl::engine eng_;
   dnnl::stream strm_;
   std::map<cpu::ConvKey, std::unique_ptr<cpu::ConvPrims>> conv_cache_;
-  float* scratch_ = nullptr;  // shared by all conv primitives of this device (ops are serial)
-  size_t scratch_bytes_ = 0;
+  cpu::HostBuf ws_[cpu::kNumSlots];  // conv workspaces, shared by all shapes
 };
 
 }  // namespace dpb

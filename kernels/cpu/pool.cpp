@@ -15,6 +15,16 @@ void CpuDevice::avgpool_forward(const PoolShape& s, const float* x, float* y) {
   for (long pl = 0; pl < planes; ++pl) {
     const float* xp = x + size_t(pl) * s.h * s.w;
     float* yp = y + size_t(pl) * oh * ow;
+    if (win == 2 && st == 2) {  // the common LeNet/ResNet case, one pass per output row
+      for (int i = 0; i < oh; ++i) {
+        const float* r0 = xp + size_t(2 * i) * s.w;
+        const float* r1 = r0 + s.w;
+        float* yr = yp + size_t(i) * ow;
+        for (int j = 0; j < ow; ++j)
+          yr[j] = 0.25f * ((r0[2 * j] + r0[2 * j + 1]) + (r1[2 * j] + r1[2 * j + 1]));
+      }
+      continue;
+    }
     for (int i = 0; i < oh; ++i) {
       float* yr = yp + size_t(i) * ow;
       for (int j = 0; j < ow; ++j) yr[j] = 0.0f;
@@ -38,6 +48,20 @@ void CpuDevice::avgpool_backward(const PoolShape& s, const float* dy, float* dx)
   for (long pl = 0; pl < planes; ++pl) {
     float* xp = dx + size_t(pl) * s.h * s.w;
     const float* yp = dy + size_t(pl) * oh * ow;
+    if (win == 2 && st == 2) {  // non-overlapping: write every covered entry once
+      for (int i = 0; i < oh; ++i) {
+        float* r0 = xp + size_t(2 * i) * s.w;
+        float* r1 = r0 + s.w;
+        const float* yr = yp + size_t(i) * ow;
+        for (int j = 0; j < ow; ++j) {
+          const float g = 0.25f * yr[j];
+          r0[2 * j] = r0[2 * j + 1] = r1[2 * j] = r1[2 * j + 1] = g;
+        }
+        for (int j = 2 * ow; j < s.w; ++j) r0[j] = r1[j] = 0.0f;  // odd width: last column
+      }
+      for (size_t i = size_t(2 * oh) * s.w; i < size_t(s.h) * s.w; ++i) xp[i] = 0.0f;
+      continue;
+    }
     // Zero first: rows/columns not covered by any window (and overlaps) are handled uniformly.
     for (size_t i = 0; i < size_t(s.h) * s.w; ++i) xp[i] = 0.0f;
     for (int i = 0; i < oh; ++i) {

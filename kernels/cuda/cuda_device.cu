@@ -137,8 +137,11 @@ float* CudaDevice::alloc(size_t n, const char* what) {
 
 void CudaDevice::release(float* p) {
   if (!p) return;
-  // Called from Buffer's destructor: report, never throw. cudaFree waits for pending work.
+  // Called from Buffer's destructor: report, never throw. Own streams first, in case this
+  // buffer is still in use there (cudaFree itself also waits for the device in practice).
   cudaError_t e = cudaSetDevice(gpu_);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(compute_);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(comm_);
   if (e == cudaSuccess) e = cudaFree(p);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
@@ -170,7 +173,7 @@ void CudaDevice::fill(float* dst, float value, size_t n) {
 }
 
 void CudaDevice::copy(float* dst, const float* src, size_t n) {
-  if (n == 0) return;
+  if (n == 0 || dst == src) return;
   bind();
   CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, compute_));
 }
@@ -243,7 +246,7 @@ float* CudaDevice::comm_scratch(size_t n) {
 }
 
 void CudaDevice::comm_copy(float* dst, const float* src, size_t n) {
-  if (n == 0) return;
+  if (n == 0 || dst == src) return;
   bind();
   // UVA: same GPU, peer GPU over NVLink/PCIe, or staged by the driver when peers are not enabled.
   CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, comm_));
@@ -333,6 +336,29 @@ std::string cuda_unavailable_reason() {
            cudaGetErrorString(e);
   }
   return n > 0 ? "" : "cudaGetDeviceCount found 0 GPUs";
+}
+
+std::string cuda_library_versions() {
+  auto dotted = [](int v, int major_div, int minor_div) {  // e.g. 13000 -> "13.0"
+    return std::to_string(v / major_div) + "." + std::to_string(v % major_div / minor_div);
+  };
+  std::string out;
+  int v = 0;
+  out += "driver " + (cudaDriverGetVersion(&v) == cudaSuccess ? dotted(v, 1000, 10) : "?");
+  out += ", runtime " + (cudaRuntimeGetVersion(&v) == cudaSuccess ? dotted(v, 1000, 10) : "?");
+  int ma = 0, mi = 0, pa = 0;
+  if (cublasGetProperty(MAJOR_VERSION, &ma) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(MINOR_VERSION, &mi) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(PATCH_LEVEL, &pa) == CUBLAS_STATUS_SUCCESS)
+    out += ", cuBLAS " + std::to_string(ma) + "." + std::to_string(mi) + "." + std::to_string(pa);
+  size_t dnn = cudnnGetVersion();  // 9.19.0 -> 91900
+  out += ", cuDNN " + std::to_string(dnn / 10000) + "." + std::to_string(dnn % 10000 / 100) + "." +
+         std::to_string(dnn % 100);
+  if (ncclGetVersion(&v) == ncclSuccess)  // 2.28.9 -> 22809 (from 2.9 on)
+    out += ", NCCL " + std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." +
+           std::to_string(v % 100);
+  (void)cudaGetLastError();
+  return out;
 }
 
 bool cuda_built() { return true; }

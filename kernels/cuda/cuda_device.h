@@ -24,6 +24,8 @@ namespace dpb {
 
 // Why no CUDA GPU can be used here ("" when cuda_device_count() > 0); for test skips and messages.
 std::string cuda_unavailable_reason();
+// Versions loaded at run time (driver, runtime, cuBLAS, cuDNN, NCCL), e.g. for logs; never throws.
+std::string cuda_library_versions();
 
 // Launchers for the kernels shared between op files (elementwise.cu); all check the launch.
 namespace cuda_kernels {

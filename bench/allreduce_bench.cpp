@@ -1,0 +1,195 @@
+// allreduce_bench.cpp: the all-reduce sweep and the CPU memory-bandwidth bound.
+//
+//   allreduce/<backend>/<algorithm>/ranks:<k>[/shared]/bytes:<n>
+//     k persistent rank threads, each with its own device (CPU: 1 math thread) and n-byte buffer.
+//     Per iteration every rank passes a device-ordered barrier, then times its own run(); the
+//     iteration time is the slowest rank's (host clock on the CPU, CUDA events on the comm stream).
+//     Counters (nccl-tests definitions): algbw_GBps = n / time / 1e9,
+//     busbw_GBps = algbw * 2(k-1)/k; wrong = elements off the exact sum in a check run after the
+//     timed loop on re-initialized buffers (rank r holds (r+1)*((i%5)+1): small integers, exact
+//     in float). CPU only: traffic_GBps (model below), membw_GBps (the bound) and
+//     bw_fraction = traffic_GBps / membw_GBps.
+//   membw/cpu/copy/threads:<k>
+//     k threads each memcpy 64 MiB with Device::comm_copy; membw_GBps = bytes read + written by
+//     all threads / slowest thread's time.
+//
+// Memory-traffic model (bytes loaded + stored by the algorithm's loops, for n bytes per rank):
+//   ring:  reduce-scatter, k-1 steps, each rank loads its chunk and the left neighbour's and
+//          stores its chunk: 3n/k; all-gather, k-1 steps, load the neighbour's chunk, store own:
+//          2n/k. All ranks together: 5(k-1)n.
+//   naive: rank 0 copies the k-1 peers to staging (2(k-1)n), adds each into its buffer
+//          (3(k-1)n) and copies the result back to each (2(k-1)n): 7(k-1)n, on ONE thread, so its
+//          ceiling is membw(1 thread)/membw(k threads) of the k-thread bound used here.
+//   Not modelled: write-allocate reads on stores (memcpy avoids them with non-temporal stores
+//   only for large copies) and cache hits. Messages whose working set fits in the caches can
+//   exceed the DRAM bound (bw_fraction > 1 there means "cache-resident", not an error). k = 1:
+//   both algorithms return at once; traffic and bw_fraction are 0.
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+
+#include "bench/bench.h"
+#include "src/core/check.h"
+#include "src/model/model.h"
+
+namespace dpb::bench {
+namespace {
+
+double traffic_bytes(const std::string& alg, int k, size_t bytes) {
+  if (alg == "ring") return 5.0 * (k - 1) * double(bytes);
+  if (alg == "naive") return 7.0 * (k - 1) * double(bytes);
+  return 0.0;
+}
+
+// rank r, element i: (r+1)*((i%5)+1); the sum over k ranks is ((i%5)+1)*k(k+1)/2.
+void fill_pattern(Device& dev, float* buf, size_t n, int r, std::vector<float>& host) {
+  host.resize(n);
+  for (size_t i = 0; i < n; ++i) host[i] = float((r + 1) * int(i % 5 + 1));
+  dev.upload(buf, host.data(), n);
+}
+
+long count_wrong(Device& dev, const float* buf, size_t n, int k, std::vector<float>& host) {
+  host.resize(n);
+  dev.download(host.data(), buf, n);
+  long wrong = 0;
+  const int tri = k * (k + 1) / 2;
+  for (size_t i = 0; i < n; ++i) wrong += host[i] != float(int(i % 5 + 1) * tri);
+  return wrong;
+}
+
+void bm_allreduce(benchmark::State& st, BenchEnv& env, Backend b, const std::string& alg, int k,
+                  size_t bytes) {
+  const size_t n = bytes / sizeof(float);
+  // Declaration order matters: the rank threads are joined first, the devices released last.
+  std::unique_ptr<DeviceSet> ds;
+  std::unique_ptr<AllReduce> ar;
+  std::vector<Buffer> bufs;
+  std::vector<std::unique_ptr<RankTimer>> timers;
+  std::unique_ptr<RankThreads> pool;
+  double bound = 0;
+  auto one = [&](int r) {
+    ds->group->barrier(r);  // aligned start; on CUDA also orders the comm streams
+    timers[r]->start();
+    ar->run(r, bufs[r].get(), n);
+    timers[r]->stop();
+    return timers[r]->seconds();
+  };
+  const bool ok = guarded(st, [&] {
+    if (b == Backend::Cpu && k > 1) bound = env.membw_bound_gbps(k);  // before any timing
+    ds = std::make_unique<DeviceSet>(b, k, 1);
+    ar = make_allreduce(alg, *ds->group);
+    for (int r = 0; r < k; ++r) {
+      bufs.emplace_back((*ds)[r], n, "all-reduce buffer");
+      (*ds)[r].fill(bufs[r].get(), 0.0f, n);  // zeros stay zeros: no overflow while iterating
+      timers.push_back(make_rank_timer((*ds)[r], TimedStream::Comm));
+    }
+    pool = std::make_unique<RankThreads>(
+        k, [&](int r, const std::string& why) { ds->group->abort(r, why); });
+    pool->run([&](int r) { one(r); });  // warm-up: first touch, naive's staging, NCCL's first call
+  });
+  if (!ok) return;
+
+  const double total = run_timed_loop(st, *pool, one);
+  if (st.error_occurred()) return;
+
+  long wrong = 0;
+  if (!guarded(st, [&] {  // outside the timed loop, on buffers with a known exact sum
+        std::vector<float> host;
+        for (int r = 0; r < k; ++r) fill_pattern((*ds)[r], bufs[r].get(), n, r, host);
+        pool->run([&](int r) {
+          ar->run(r, bufs[r].get(), n);
+          (*ds)[r].comm_synchronize();
+        });
+        for (int r = 0; r < k; ++r) wrong += count_wrong((*ds)[r], bufs[r].get(), n, k, host);
+      }))
+    return;
+
+  const double mean = st.iterations() > 0 ? total / double(st.iterations()) : 0.0;
+  const double algbw = mean > 0 ? double(bytes) / mean / 1e9 : 0.0;
+  st.counters["algbw_GBps"] = algbw;
+  st.counters["busbw_GBps"] = algbw * 2.0 * (k - 1) / k;
+  st.counters["wrong"] = double(wrong);
+  st.counters["bytes"] = double(bytes);
+  if (b == Backend::Cpu) {
+    const double traffic = mean > 0 ? traffic_bytes(alg, k, bytes) / mean / 1e9 : 0.0;
+    st.counters["traffic_GBps"] = traffic;
+    st.counters["membw_GBps"] = bound;
+    st.counters["bw_fraction"] = bound > 0 ? traffic / bound : 0.0;
+  }
+}
+
+void bm_membw(benchmark::State& st, int k) {
+  std::unique_ptr<CopyRig> rig;
+  if (!guarded(st, [&] {
+        rig = std::make_unique<CopyRig>(k, kMembwBytes);
+        rig->run_once();  // warm-up
+      }))
+    return;
+  double total = 0;
+  for (auto _ : st) {
+    double s = 0;
+    if (!guarded(st, [&] { s = rig->run_once(); })) break;
+    st.SetIterationTime(s);
+    total += s;
+  }
+  if (st.error_occurred()) return;
+  const double mean = st.iterations() > 0 ? total / double(st.iterations()) : 0.0;
+  st.counters["membw_GBps"] = mean > 0 ? rig->gbps(mean) : 0.0;
+  st.counters["bytes"] = double(kMembwBytes);
+}
+
+size_t model_bytes(const std::string& model) {
+  size_t n = 0;
+  for (const auto& p : model_param_layout(model)) n += p.size;
+  return n * sizeof(float);
+}
+
+// Largest message for k ranks: --dpb_max_bytes, k * n <= --dpb_max_total_bytes, and on the CPU
+// the buffers plus naive's staging (about 2k * n) within half of the available memory.
+size_t cap_for(const BenchConfig& cfg, Backend b, int k) {
+  size_t cap = std::min(cfg.max_bytes, cfg.max_total_bytes / size_t(k));
+  if (b == Backend::Cpu) {
+    const double avail = double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+    if (avail > 0) cap = std::min(cap, size_t(avail / 2 / (2.0 * k)));
+  }
+  return cap;
+}
+
+}  // namespace
+
+void register_membw(BenchEnv& env) {
+  for (int k : env.cfg().ranks) {
+    const std::string name = "membw/cpu/copy/threads:" + std::to_string(k);
+    benchmark::RegisterBenchmark(name.c_str(), [k](benchmark::State& st) { bm_membw(st, k); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+void register_allreduce(BenchEnv& env, Backend b) {
+  std::vector<std::string> algs = {"naive", "ring"};
+  if (b == Backend::Cuda) algs.push_back("nccl");
+  for (const std::string& alg : algs) {
+    for (int k : env.cfg().ranks) {
+      const size_t cap = cap_for(env.cfg(), b, k);
+      std::vector<size_t> sizes;
+      for (size_t s = 8; s <= cap; s *= 2) sizes.push_back(s);
+      for (const char* m : {"lenet", "resnet18"})  // the real gradient sizes
+        if (model_bytes(m) <= cap) sizes.push_back(model_bytes(m));
+      std::sort(sizes.begin(), sizes.end());
+      for (size_t bytes : sizes) {
+        const std::string name = std::string("allreduce/") + backend_name(b) + "/" + alg + "/" +
+                                 ranks_label(b, k) + "/bytes:" + std::to_string(bytes);
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [&env, b, alg, k, bytes](benchmark::State& st) {
+                                       bm_allreduce(st, env, b, alg, k, bytes);
+                                     })
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+}
+
+}  // namespace dpb::bench

@@ -1,0 +1,169 @@
+// bench.h: shared pieces of dpbench-micro (the Google Benchmark binary; see bench/main.cpp).
+//
+//   BenchConfig  the --dpb_* options, parsed once in main and passed down (no globals)
+//   BenchEnv     what benchmarks share during one run: the config, the memory-bandwidth bound per
+//                thread count (measured once, on first use) and the training images
+//   RankThreads  k persistent rank threads; run(fn) runs fn(rank) on all of them at once
+//   CopyRig      k threads memcpy-ing large buffers: the memory-bandwidth bound
+//   RankTimer    per-rank interval timer: steady_clock on the CPU, CUDA events on a GPU stream
+//   DeviceSet    k devices of one backend, with a CommGroup over them
+//
+// Every benchmark uses manual time: each rank times its own part after an aligning barrier and
+// the iteration's time is the slowest rank's (as nccl-tests reports the slowest rank).
+#pragma once
+#include <benchmark/benchmark.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "collectives/allreduce.h"
+#include "src/core/device.h"
+
+namespace dpb::bench {
+
+struct BenchConfig {
+  std::vector<int> ranks = {1, 2, 4, 8};
+  std::vector<std::string> backends;  // empty: cpu, plus cuda when a GPU is present
+  size_t max_bytes = size_t(256) << 20;        // largest all-reduce message (per rank)
+  size_t max_total_bytes = size_t(1) << 30;    // k * message <= this (k = 8: 128 MiB)
+  int lenet_batch = 256;                       // overlap: global batch, split across ranks
+  int resnet18_batch = 32;
+  double bucket_mb = 25.0;                     // overlap: bucket cap of the bucketed mode
+  std::string data_dir;                        // "": $DPBENCH_DATA or the Debian default
+};
+
+// Fixed global training batch for the overlap benchmarks (images uint8 28x28, labels 0..9).
+struct HostBatch {
+  int n = 0;
+  std::vector<uint8_t> images, labels;
+  std::string source;  // "fashion-mnist:<dir>" or "random pixels (seed 0)"
+};
+
+class BenchEnv {
+ public:
+  explicit BenchEnv(BenchConfig cfg) : cfg_(std::move(cfg)) {}
+  const BenchConfig& cfg() const { return cfg_; }
+  // Copy bandwidth (GB/s, bytes read + written) of `threads` threads, each memcpy-ing its own
+  // 64 MiB buffer with Device::comm_copy: best of 5 after a warm-up. Measured on first use and
+  // cached, so every all-reduce of this run is compared with the same bound.
+  double membw_bound_gbps(int threads);
+  // The first n training images (Fashion-MNIST when the directory exists, else random pixels).
+  const HostBatch& batch(int n);
+
+ private:
+  BenchConfig cfg_;
+  std::mutex mu_;
+  std::map<int, double> membw_;
+  std::map<int, HostBatch> batches_;
+};
+
+// k threads started once, reused for every iteration. run() is not reentrant.
+class RankThreads {
+ public:
+  using OnError = std::function<void(int rank, const std::string& why)>;
+  // on_error runs on the failing rank's thread (e.g. CommGroup::abort, so peers blocked in a
+  // collective wake up); the pool's own barrier is aborted too.
+  explicit RankThreads(int k, OnError on_error = {});
+  ~RankThreads();
+  RankThreads(const RankThreads&) = delete;
+  RankThreads& operator=(const RankThreads&) = delete;
+  int size() const { return k_; }
+  // Runs fn(rank) on every rank thread concurrently; returns when all are done and rethrows the
+  // first exception. After an exception the pool is broken (its barrier stays aborted).
+  void run(const std::function<void(int)>& fn);
+  // Barrier among the rank threads (call from inside fn on every rank); throws once aborted.
+  void align(int rank);
+
+ private:
+  void loop(int rank);
+
+  const int k_;
+  OnError on_error_;
+  HostBarrier barrier_;
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  uint64_t gen_ = 0;
+  int remaining_ = 0;
+  bool stop_ = false;
+  const std::function<void(int)>* fn_ = nullptr;
+  std::exception_ptr error_;
+  std::vector<std::thread> threads_;  // last: started after everything above exists
+};
+
+// k CPU threads, each copying its own `bytes`-byte buffer with Device::comm_copy (memcpy, the
+// primitive the CPU all-reduces move data with): the memory-bandwidth bound of k ranks.
+constexpr size_t kMembwBytes = size_t(64) << 20;  // per thread; src + dst far exceed the L3
+class CopyRig {
+ public:
+  CopyRig(int k, size_t bytes);
+  double run_once();                  // one copy on every thread; the slowest thread's seconds
+  double gbps(double seconds) const;  // (read + written) bytes of all threads / seconds / 1e9
+
+ private:
+  size_t n_;
+  std::vector<double> t_;
+  std::vector<std::unique_ptr<Device>> devs_;
+  std::vector<Buffer> src_, dst_;
+  RankThreads pool_;  // last: its threads are joined before the buffers go
+};
+
+// Interval timer for one rank. CPU: host clock (device ops are synchronous). CUDA: events on the
+// device's compute or comm stream; seconds() waits for the stop event.
+enum class TimedStream { Compute, Comm };
+class RankTimer {
+ public:
+  virtual ~RankTimer() = default;
+  virtual void start() = 0;
+  virtual void stop() = 0;
+  virtual double seconds() = 0;
+};
+std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream);
+
+// GPU and library versions for AddCustomContext (empty without CUDA). bench/cuda_support.cpp.
+std::vector<std::pair<std::string, std::string>> cuda_context();
+
+enum class Backend { Cpu, Cuda };
+inline const char* backend_name(Backend b) { return b == Backend::Cpu ? "cpu" : "cuda"; }
+
+// k devices and a CommGroup over them. CPU: make_cpu_device(r, cpu_threads). CUDA: rank r on GPU
+// r mod cuda_device_count() (shared GPUs when k exceeds it).
+struct DeviceSet {
+  DeviceSet(Backend b, int k, int cpu_threads);
+  std::vector<std::unique_ptr<Device>> devs;
+  std::unique_ptr<CommGroup> group;
+  Device& operator[](int r) { return *devs[r]; }
+  int size() const { return int(devs.size()); }
+};
+
+// Rank-count suffix of benchmark names: "ranks:4", or "ranks:4/shared" when CUDA ranks share GPUs.
+std::string ranks_label(Backend b, int k);
+
+// Registration, one function per benchmark family (each in its own file).
+void register_membw(BenchEnv& env);        // allreduce_bench.cpp
+void register_allreduce(BenchEnv& env, Backend b);
+void register_gradsync(BenchEnv& env, Backend b);  // gradsync_bench.cpp
+void register_overlap(BenchEnv& env, Backend b);   // overlap_bench.cpp
+
+// The framework's loop for a benchmark whose iterations run on the rank threads: one(r) runs one
+// timed iteration on rank r and returns that rank's seconds; each framework iteration gets the
+// slowest rank's time (SetIterationTime). Iterations are handed to the threads in batches (grown
+// while a batch takes under ~5 ms) so that the hand-off is paid per batch, not per iteration.
+// Returns the sum of the iteration times; on an exception, skips the benchmark with its message
+// (check st.error_occurred()).
+double run_timed_loop(benchmark::State& st, RankThreads& pool, const std::function<double(int)>& one);
+
+// Runs body(); on a dpb::Error or other exception, skips the benchmark with its message.
+// Returns false when it skipped.
+bool guarded(benchmark::State& st, const std::function<void()>& body);
+
+}  // namespace dpb::bench

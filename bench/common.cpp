@@ -1,0 +1,227 @@
+// common.cpp: the shared machinery of dpbench-micro declared in bench.h: persistent rank threads,
+// the CPU timer, device sets, the memory-bandwidth probe and the training batch.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "bench/bench.h"
+#include "src/core/check.h"
+#include "src/data/dataset.h"
+#include "src/model/model.h"
+
+namespace dpb::bench {
+
+// ---------------------------------------------------------------- RankThreads
+
+// The pool's barrier blocks at once (no spinning): it only aligns the starts of intervals that
+// each rank times itself, so wake-up latency is outside every measurement.
+RankThreads::RankThreads(int k, OnError on_error)
+    : k_(k), on_error_(std::move(on_error)), barrier_(k, 0) {
+  DPB_CHECK(k >= 1, "RankThreads: need at least one rank, got " << k);
+  for (int r = 0; r < k; ++r) threads_.emplace_back([this, r] { loop(r); });
+}
+
+RankThreads::~RankThreads() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void RankThreads::loop(int rank) {
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(int)>* fn;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      work_cv_.wait(lk, [&] { return stop_ || gen_ != seen; });
+      if (stop_) return;
+      seen = gen_;
+      fn = fn_;
+    }
+    std::exception_ptr err;
+    try {
+      (*fn)(rank);
+    } catch (const std::exception& e) {
+      err = std::current_exception();
+      if (on_error_) on_error_(rank, e.what());
+      barrier_.abort();
+    } catch (...) {
+      err = std::current_exception();
+      if (on_error_) on_error_(rank, "unknown exception");
+      barrier_.abort();
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    if (err && !error_) error_ = err;
+    if (--remaining_ == 0) done_cv_.notify_all();
+  }
+}
+
+void RankThreads::run(const std::function<void(int)>& fn) {
+  std::unique_lock<std::mutex> lk(mu_);
+  DPB_CHECK(!error_, "RankThreads: a previous run failed; the rank threads are unusable");
+  fn_ = &fn;
+  remaining_ = k_;
+  ++gen_;
+  work_cv_.notify_all();
+  done_cv_.wait(lk, [&] { return remaining_ == 0; });
+  fn_ = nullptr;
+  if (error_) std::rethrow_exception(error_);
+}
+
+void RankThreads::align(int rank) {
+  if (k_ > 1 && !barrier_.arrive_and_wait())
+    throw Error("rank " + std::to_string(rank) + ": aborted because another rank failed");
+}
+
+// ---------------------------------------------------------------- timers, devices
+
+namespace {
+using Clock = std::chrono::steady_clock;
+class HostTimer final : public RankTimer {
+ public:
+  void start() override { t0_ = Clock::now(); }
+  void stop() override { t1_ = Clock::now(); }
+  double seconds() override { return std::chrono::duration<double>(t1_ - t0_).count(); }
+
+ private:
+  Clock::time_point t0_, t1_;
+};
+}  // namespace
+
+#ifndef DPB_HAVE_CUDA
+std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream) {
+  DPB_CHECK(dev.kind() == BackendKind::Cpu, "CUDA timer requested in a build without CUDA");
+  return std::make_unique<HostTimer>();
+}
+std::vector<std::pair<std::string, std::string>> cuda_context() { return {}; }
+#else
+std::unique_ptr<RankTimer> make_cuda_timer(Device& dev, TimedStream stream);  // cuda_support.cpp
+std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream) {
+  if (dev.kind() == BackendKind::Cpu) return std::make_unique<HostTimer>();
+  return make_cuda_timer(dev, stream);
+}
+#endif
+
+DeviceSet::DeviceSet(Backend b, int k, int cpu_threads) {
+  const int ngpu = b == Backend::Cuda ? cuda_device_count() : 0;
+  DPB_CHECK(b == Backend::Cpu || ngpu > 0, "no CUDA GPU found");
+  std::vector<Device*> ptrs;
+  for (int r = 0; r < k; ++r) {
+    devs.push_back(b == Backend::Cpu ? make_cpu_device(r, cpu_threads)
+                                     : make_cuda_device(r, r % ngpu, /*tf32=*/false));
+    ptrs.push_back(devs.back().get());
+  }
+  group = std::make_unique<CommGroup>(k, ptrs);
+}
+
+std::string ranks_label(Backend b, int k) {
+  std::string s = "ranks:" + std::to_string(k);
+  if (b == Backend::Cuda && k > cuda_device_count()) s += "/shared";
+  return s;
+}
+
+bool guarded(benchmark::State& st, const std::function<void()>& body) {
+  try {
+    body();
+    return true;
+  } catch (const std::exception& e) {
+    st.SkipWithError(e.what());
+  } catch (...) {
+    st.SkipWithError("unknown exception");
+  }
+  return false;
+}
+
+double run_timed_loop(benchmark::State& st, RankThreads& pool,
+                      const std::function<double(int)>& one) {
+  const int k = pool.size();
+  std::vector<double> t;  // [iteration in batch][rank]
+  int64_t done = 0, batch = 1, have = 0, pos = 0;
+  double total = 0;
+  for (auto _ : st) {
+    if (pos == have) {
+      have = std::max<int64_t>(1, std::min<int64_t>(batch, st.max_iterations - done));
+      pos = 0;
+      t.assign(size_t(have) * k, 0.0);
+      const auto w0 = Clock::now();
+      if (!guarded(st, [&] {
+            pool.run([&](int r) {
+              for (int64_t i = 0; i < have; ++i) t[size_t(i) * k + r] = one(r);
+            });
+          }))
+        break;
+      if (Clock::now() - w0 < std::chrono::milliseconds(5) && batch < 4096) batch *= 2;
+    }
+    const double s = *std::max_element(t.begin() + pos * k, t.begin() + (pos + 1) * k);
+    st.SetIterationTime(s);
+    total += s;
+    ++pos;
+    ++done;
+  }
+  return total;
+}
+
+// ---------------------------------------------------------------- CopyRig, BenchEnv
+
+CopyRig::CopyRig(int k, size_t bytes) : n_(bytes / sizeof(float)), t_(k, 0.0), pool_(k) {
+  for (int r = 0; r < k; ++r) {
+    devs_.push_back(make_cpu_device(r, 1));
+    src_.emplace_back(*devs_[r], n_, "membw source");
+    dst_.emplace_back(*devs_[r], n_, "membw destination");
+    devs_[r]->fill(src_[r].get(), 1.0f, n_);  // touch every page: no shared zero page
+    devs_[r]->fill(dst_[r].get(), 0.0f, n_);
+  }
+}
+
+double CopyRig::run_once() {
+  pool_.run([&](int r) {
+    pool_.align(r);
+    const auto t0 = Clock::now();
+    devs_[r]->comm_copy(dst_[r].get(), src_[r].get(), n_);
+    t_[r] = std::chrono::duration<double>(Clock::now() - t0).count();
+  });
+  return *std::max_element(t_.begin(), t_.end());
+}
+
+double CopyRig::gbps(double seconds) const {
+  return 2.0 * double(pool_.size()) * double(n_ * sizeof(float)) / seconds / 1e9;
+}
+
+double BenchEnv::membw_bound_gbps(int threads) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = membw_.find(threads);
+  if (it != membw_.end()) return it->second;
+  CopyRig rig(threads, kMembwBytes);
+  rig.run_once();  // warm-up
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) best = std::min(best, rig.run_once());
+  return membw_[threads] = rig.gbps(best);
+}
+
+const HostBatch& BenchEnv::batch(int n) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = batches_.find(n);
+  if (it != batches_.end()) return it->second;
+  HostBatch b;
+  b.n = n;
+  const std::string dir = resolve_data_dir(cfg_.data_dir);
+  if (std::filesystem::exists(dir)) {  // a directory that exists but is broken is an error
+    Dataset d = load_fashion_mnist(dir, n, 1);
+    b.images = std::move(d.train.images);
+    b.labels = std::move(d.train.labels);
+    b.source = "fashion-mnist:" + dir;
+  } else {
+    uint64_t s = 0;
+    b.images.resize(size_t(n) * 28 * 28);
+    b.labels.resize(n);
+    for (auto& p : b.images) p = uint8_t(splitmix64(s) & 0xff);
+    for (auto& l : b.labels) l = uint8_t(splitmix64(s) % 10);
+    b.source = "random pixels (seed 0)";
+  }
+  return batches_[n] = std::move(b);
+}
+
+}  // namespace dpb::bench

@@ -1,0 +1,291 @@
+// main.cpp: dpbench-micro, the Google Benchmark microbenchmarks of dpbench.
+//   build/dpbench-micro                                   # everything, JSON to results/
+//   build/dpbench-micro --benchmark_filter='allreduce/cpu/ring/ranks:2/'
+//       --benchmark_out=results/ring.json --benchmark_repetitions=5   (one command line)
+//   build/dpbench-micro --help                            # our flags, then Google Benchmark's
+// Families (one file each): membw + allreduce (allreduce_bench.cpp), gradsync
+// (gradsync_bench.cpp), overlap (overlap_bench.cpp). Registered per backend present (cpu always,
+// cuda when a GPU is found) and per rank count. scripts/bench_to_csv.py turns the JSON into CSV.
+#include <oneapi/dnnl/dnnl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/bench.h"
+#include "src/data/dataset.h"
+
+#ifndef DPB_VERSION
+#define DPB_VERSION "0.1"  // keep in step with project(VERSION) until CMake passes DPB_VERSION
+#endif
+
+namespace {
+
+using dpb::bench::BenchConfig;
+
+void print_usage() {
+  std::printf(R"(dpbench-micro: microbenchmarks of dpbench's collectives and training steps.
+
+Benchmarks (names are filterable with --benchmark_filter=REGEX):
+  membw/cpu/copy/threads:<k>                          memcpy bandwidth bound (read + written)
+  allreduce/<backend>/<naive|ring|nccl>/ranks:<k>/bytes:<n>
+                                                      counters algbw_GBps, busbw_GBps, wrong,
+                                                      CPU: traffic_GBps, membw_GBps, bw_fraction
+  gradsync/<backend>/<lenet|resnet18>/<per-param|fused|bucket1MB|bucket5MB|bucket25MB>/ranks:<k>
+                                                      counters calls, bytes, busbw_GBps, wrong
+  overlap/<backend>/<lenet|resnet18>/<fused-after|per-param-after|per-param-overlap|
+          bucket25MB-overlap>/ranks:<k>               counters compute_s, backward_s,
+                                                      exposed_comm_s, comm_s, calls
+  CUDA ranks beyond the GPU count share GPUs: their names carry "ranks:<k>/shared".
+  Times are manual (suffix /manual_time): the slowest rank's time per iteration.
+
+dpbench flags (--name=value):
+  --dpb_ranks=LIST          rank counts (default 1,2,4,8)
+  --dpb_backends=LIST       cpu and/or cuda (default: cpu, plus cuda when a GPU is found)
+  --dpb_max_bytes=N         largest all-reduce message in the sweep, bytes; K/M/G suffixes are
+                            binary (default 256M). The sweep for k ranks also stops where
+                            k * n > --dpb_max_total_bytes (default 1G, so k = 8 stops at 128 MiB)
+                            or where the CPU buffers would exceed half the available memory.
+  --dpb_lenet_batch=N       overlap: LeNet global batch (default 256)
+  --dpb_resnet18_batch=N    overlap: ResNet-18 global batch (default 32)
+  --dpb_bucket_mb=X         overlap: bucket cap of the bucketed mode, MB = 1e6 B (default 25)
+  --dpb_data_dir=DIR        Fashion-MNIST (default $DPBENCH_DATA or
+                            /usr/share/datasets/fashion-mnist; random pixels when absent)
+Defaults that differ from Google Benchmark's:
+  --benchmark_min_time      0.1 s unless given (the full default set then runs in minutes)
+  --benchmark_out           results/micro-<UTC time>.json unless given (format json). The file is
+                            written beside as FILE.tmp.<pid> and renamed into place at the end.
+
+)");
+  benchmark::PrintDefaultHelp();
+}
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "dpbench-micro: %s (see --help)\n", msg.c_str());
+  std::exit(2);
+}
+
+size_t parse_bytes(const std::string& flag, const std::string& v) {
+  size_t pos = 0;
+  unsigned long long x = 0;
+  try {
+    x = std::stoull(v, &pos);
+  } catch (...) {
+    die(flag + ": not a byte count: '" + v + "'");
+  }
+  std::string suffix = v.substr(pos);
+  int shift = suffix.empty() ? 0 : suffix == "K" ? 10 : suffix == "M" ? 20 : suffix == "G" ? 30 : -1;
+  if (shift < 0) die(flag + ": unknown suffix in '" + v + "' (use K, M or G)");
+  if (x == 0) die(flag + ": must be positive, got '" + v + "'");
+  return size_t(x) << shift;
+}
+
+int parse_int(const std::string& flag, const std::string& v, int lo, int hi) {
+  size_t pos = 0;
+  int x = 0;
+  try {
+    x = std::stoi(v, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  if (pos == 0 || pos != v.size() || x < lo || x > hi)
+    die(flag + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+        "], got '" + v + "'");
+  return x;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// Takes the --dpb_* flags out of argv (Google Benchmark rejects flags it does not know).
+BenchConfig parse_dpb_flags(int* argc, char** argv) {
+  BenchConfig cfg;
+  int out = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--dpb_", 0) != 0) {
+      argv[out++] = argv[i];
+      continue;
+    }
+    const size_t eq = a.find('=');
+    if (eq == std::string::npos) die(a + ": expected --name=value");
+    const std::string k = a.substr(0, eq), v = a.substr(eq + 1);
+    if (k == "--dpb_ranks") {
+      cfg.ranks.clear();
+      for (const auto& s : split(v)) cfg.ranks.push_back(parse_int(k, s, 1, 64));
+      if (cfg.ranks.empty()) die(k + ": empty list");
+    } else if (k == "--dpb_backends") {
+      cfg.backends = split(v);
+      for (const auto& b : cfg.backends)
+        if (b != "cpu" && b != "cuda") die(k + ": unknown backend '" + b + "' (valid: cpu, cuda)");
+    } else if (k == "--dpb_max_bytes") {
+      cfg.max_bytes = parse_bytes(k, v);
+    } else if (k == "--dpb_max_total_bytes") {
+      cfg.max_total_bytes = parse_bytes(k, v);
+    } else if (k == "--dpb_lenet_batch") {
+      cfg.lenet_batch = parse_int(k, v, 1, 60000);
+    } else if (k == "--dpb_resnet18_batch") {
+      cfg.resnet18_batch = parse_int(k, v, 1, 60000);
+    } else if (k == "--dpb_bucket_mb") {
+      char* end = nullptr;
+      cfg.bucket_mb = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(cfg.bucket_mb > 0))
+        die(k + ": expected a positive number, got '" + v + "'");
+    } else if (k == "--dpb_data_dir") {
+      cfg.data_dir = v;
+    } else {
+      die("unknown flag " + k);
+    }
+  }
+  *argc = out;
+  argv[out] = nullptr;
+  return cfg;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string run_cmd(const std::string& cmd) {  // stdout of cmd, "" on failure
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return "";
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  return pclose(p) == 0 ? trim(out) : "";
+}
+
+// The commit: DPB_GIT_COMMIT when CMake passes it, else git in the source tree this file was
+// compiled from (suffix "-dirty" with uncommitted changes to tracked files), else "unknown".
+std::string git_commit() {
+#ifdef DPB_GIT_COMMIT
+  if (std::string(DPB_GIT_COMMIT).size() > 0) return DPB_GIT_COMMIT;
+#endif
+  const std::string src = std::filesystem::path(__FILE__).parent_path().parent_path().string();
+  if (src.empty() || !std::filesystem::exists(src)) return "unknown";
+  const std::string git = "git -C '" + src + "' ";
+  std::string head = run_cmd(git + "rev-parse HEAD 2>/dev/null");
+  if (head.empty()) return "unknown";
+  if (!run_cmd(git + "status --porcelain --untracked-files=no 2>/dev/null").empty()) head += "-dirty";
+  return head;
+}
+
+std::string first_line_with(const std::string& path, const std::string& key) {
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind(key, 0) == 0) return line;
+  return "";
+}
+
+void add_context(const BenchConfig& cfg, const std::vector<std::string>& backends) {
+  std::string cpu = first_line_with("/proc/cpuinfo", "model name");
+  if (auto c = cpu.find(':'); c != std::string::npos) cpu = trim(cpu.substr(c + 2));
+  benchmark::AddCustomContext("cpu_model", cpu.empty() ? "unknown" : cpu);
+  benchmark::AddCustomContext("cores", std::to_string(std::thread::hardware_concurrency()));
+  const dnnl_version_t* v = dnnl_version();
+  benchmark::AddCustomContext("onednn_version", std::to_string(v->major) + "." +
+                                                    std::to_string(v->minor) + "." +
+                                                    std::to_string(v->patch) + " (" + v->hash + ")");
+  for (const auto& [key, value] : dpb::bench::cuda_context())
+    benchmark::AddCustomContext(key, value);
+  const std::string nv = first_line_with("/proc/driver/nvidia/version", "NVRM version");
+  if (!nv.empty()) benchmark::AddCustomContext("nvidia_driver", trim(nv));
+  benchmark::AddCustomContext("git_commit", git_commit());
+  benchmark::AddCustomContext("dpbench_version", DPB_VERSION);
+  std::string b;
+  for (const auto& s : backends) b += (b.empty() ? "" : ",") + s;
+  benchmark::AddCustomContext("backends", b);
+  const std::string dir = dpb::resolve_data_dir(cfg.data_dir);
+  benchmark::AddCustomContext("dataset", std::filesystem::exists(dir) ? "fashion-mnist:" + dir
+                                                                      : "random pixels (seed 0)");
+}
+
+std::string utc_stamp() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  BenchConfig cfg = parse_dpb_flags(&argc, argv);
+
+  // Our defaults for --benchmark_min_time and --benchmark_out; the JSON goes to FILE.tmp.<pid>
+  // and is renamed to FILE when the run ends, so a results file is never half-written.
+  std::vector<std::string> args = {argv[0]};
+  bool min_time = false, listing = false;
+  std::string out_path;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--benchmark_min_time", 0) == 0) min_time = true;
+    if (a.rfind("--benchmark_list_tests", 0) == 0 && a != "--benchmark_list_tests=false") listing = true;
+    if (a.rfind("--benchmark_out=", 0) == 0) {
+      out_path = a.substr(16);
+      continue;
+    }
+    args.push_back(a);
+  }
+  if (!min_time) args.insert(args.begin() + 1, "--benchmark_min_time=0.1");
+  if (out_path.empty() && !listing) out_path = "results/micro-" + utc_stamp() + ".json";
+  const std::string tmp_path = out_path.empty() ? "" : out_path + ".tmp." + std::to_string(getpid());
+  if (!tmp_path.empty()) args.push_back("--benchmark_out=" + tmp_path);
+  std::vector<char*> av;
+  for (auto& a : args) av.push_back(a.data());
+  av.push_back(nullptr);
+  int ac = int(args.size());
+  benchmark::Initialize(&ac, av.data(), print_usage);  // --help prints and exits here
+  if (benchmark::ReportUnrecognizedArguments(ac, av.data())) return 2;
+  if (!tmp_path.empty()) {
+    const auto parent = std::filesystem::path(out_path).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (ec) die("cannot create " + parent.string() + ": " + ec.message());
+  }
+
+  std::vector<std::string> backends = cfg.backends;
+  if (backends.empty()) {
+    backends.push_back("cpu");
+    if (dpb::cuda_device_count() > 0) backends.push_back("cuda");
+  }
+  for (const auto& b : backends)
+    if (b == "cuda" && dpb::cuda_device_count() == 0)
+      die("--dpb_backends=cuda: no CUDA GPU found (or this build has no CUDA backend)");
+
+  dpb::bench::BenchEnv env(cfg);
+  add_context(cfg, backends);
+  using dpb::bench::Backend;
+  std::vector<Backend> bs;
+  for (const auto& b : backends) bs.push_back(b == "cpu" ? Backend::Cpu : Backend::Cuda);
+  for (Backend b : bs)  // registration order is run order: the bandwidth bound first
+    if (b == Backend::Cpu) dpb::bench::register_membw(env);
+  for (Backend b : bs) dpb::bench::register_allreduce(env, b);
+  for (Backend b : bs) dpb::bench::register_gradsync(env, b);
+  for (Backend b : bs) dpb::bench::register_overlap(env, b);
+
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  if (!tmp_path.empty() && std::filesystem::exists(tmp_path)) {
+    std::error_code ec;
+    std::filesystem::rename(tmp_path, out_path, ec);
+    if (ec) die("could not rename " + tmp_path + " to " + out_path + ": " + ec.message());
+    std::fprintf(stderr, "dpbench-micro: wrote %s\n", out_path.c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,182 @@
+// overlap_bench.cpp: how much gradient communication a real training step exposes.
+//
+//   overlap/<backend>/<model>/<mode>/ranks:<k>[/shared]
+//     One data-parallel SGD step of LeNet (global batch --dpb_lenet_batch, default 256) or
+//     ResNet-18 (--dpb_resnet18_batch, default 32) split across k ranks exactly as
+//     src/train/trainer.cpp does (contiguous shards, loss scaled by 1/global batch, the model's
+//     ready(i) callback -> GradSync::grad_ready(i), finish(), sgd_step), ring all-reduce, on the
+//     first global batch of Fashion-MNIST (random pixels when the data directory is absent).
+//     mode: fused-after        one all-reduce after backward
+//           per-param-after    one all-reduce per parameter, after backward
+//           per-param-overlap  one per parameter, launched as backward produces it
+//           bucket<N>MB-overlap  buckets of --dpb_bucket_mb (default 25), launched as ready
+//     Each benchmark iteration runs one compute-only step (forward + backward + sgd, no
+//     communication, all ranks at once, untimed by the framework) and then one full step (timed:
+//     the slowest rank's step). Counters, means over the iterations:
+//       compute_s      compute-only step time (slowest rank)
+//       backward_s     backward time inside those compute-only steps (slowest rank)
+//       exposed_comm_s full step time - compute_s (can be slightly negative from noise)
+//       comm_s         host time spent inside collective calls per step (rank 0)
+//       calls          collective calls per step; batch: the global batch
+//     CPU: each rank's device gets max(1, cores / k) math threads; with overlap the rank's
+//     communication thread competes with them for the cores, which is part of what is measured.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "bench/bench.h"
+#include "collectives/grad_sync.h"
+#include "src/core/check.h"
+#include "src/model/model.h"
+
+namespace dpb::bench {
+namespace {
+
+constexpr int kClasses = 10;
+constexpr int kPixels = 28 * 28;
+constexpr float kLr = 0.01f;
+
+struct OvMode {
+  std::string name;
+  GradSyncConfig cfg;
+};
+
+std::string mb_label(double mb) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%gMB", mb);
+  return buf;
+}
+
+std::vector<OvMode> overlap_modes(double bucket_mb) {
+  return {{"fused-after", {SyncMode::Fused, false, bucket_mb}},
+          {"per-param-after", {SyncMode::PerParam, false, bucket_mb}},
+          {"per-param-overlap", {SyncMode::PerParam, true, bucket_mb}},
+          {"bucket" + mb_label(bucket_mb) + "-overlap", {SyncMode::Bucketed, true, bucket_mb}}};
+}
+
+struct Rep {  // one rank; members are destroyed in reverse: timers, sync (its thread), buffers
+  std::unique_ptr<Model> model;
+  Buffer w, g, x, y, dlogits, stats;
+  std::unique_ptr<GradSync> sync;
+  std::unique_ptr<RankTimer> step_t, bwd_t;
+  int n = 0;
+};
+
+void bm_overlap(benchmark::State& st, BenchEnv& env, Backend b, const std::string& model,
+                GradSyncConfig cfg, int k, int gb) {
+  std::unique_ptr<DeviceSet> ds;
+  std::unique_ptr<AllReduce> ar;
+  std::vector<Rep> reps;
+  std::unique_ptr<RankThreads> pool;  // last: joined first
+  std::vector<double> ts(k, 0.0), tb(k, 0.0);
+  size_t P = 0;
+
+  auto step = [&](int r, bool comm) {
+    Rep& p = reps[r];
+    Device& dev = (*ds)[r];
+    ds->group->barrier(r);  // all ranks start together, in both kinds of step
+    if (comm) p.sync->begin_step();
+    p.step_t->start();
+    const float* logits = p.model->forward(p.w.get(), p.x.get(), p.n, true);
+    dev.softmax_xent(p.n, kClasses, logits, p.y.get(), 1.0f / float(gb), p.dlogits.get(),
+                     p.stats.get());
+    p.bwd_t->start();
+    if (comm)
+      p.model->backward(p.w.get(), p.g.get(), p.dlogits.get(), p.n,
+                        [&](int i) { p.sync->grad_ready(i); });  // as src/train/trainer.cpp
+    else
+      p.model->backward(p.w.get(), p.g.get(), p.dlogits.get(), p.n, [](int) {});
+    p.bwd_t->stop();
+    if (comm) p.sync->finish();
+    dev.sgd_step(p.w.get(), p.g.get(), kLr, P);
+    p.step_t->stop();
+    ts[r] = p.step_t->seconds();
+    tb[r] = comm ? 0.0 : p.bwd_t->seconds();
+  };
+  const std::function<void(int)> compute_only = [&](int r) { step(r, false); };
+  const std::function<void(int)> full = [&](int r) { step(r, true); };
+
+  if (!guarded(st, [&] {
+        DPB_CHECK(gb >= k, "global batch " << gb << " is smaller than the rank count " << k);
+        const HostBatch& data = env.batch(gb);
+        const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+        ds = std::make_unique<DeviceSet>(b, k, std::max(1, hw / k));
+        ar = make_allreduce("ring", *ds->group);
+        const std::vector<ParamInfo> layout = model_param_layout(model);
+        const std::vector<float> init = init_params(layout, 0);
+        reps.resize(k);
+        for (int r = 0; r < k; ++r) {
+          Rep& p = reps[r];
+          Device& dev = (*ds)[r];
+          const int lo = int(chunk_begin(gb, k, r));
+          p.n = int(chunk_size(gb, k, r));
+          p.model = make_model(model, dev, p.n);
+          P = p.model->num_floats();
+          p.w = Buffer(dev, P, "parameters");
+          p.g = Buffer(dev, P, "gradients");
+          p.x = Buffer(dev, size_t(p.n) * kPixels, "input images");
+          p.y = Buffer(dev, size_t(p.n), "input labels");
+          p.dlogits = Buffer(dev, size_t(p.n) * kClasses, "logits gradient");
+          p.stats = Buffer(dev, 2, "loss/accuracy accumulators");
+          dev.upload(p.w.get(), init.data(), P);
+          dev.load_images(p.x.get(), data.images.data() + size_t(lo) * kPixels,
+                          size_t(p.n) * kPixels);
+          dev.load_labels(p.y.get(), data.labels.data() + lo, size_t(p.n));
+          p.sync = std::make_unique<GradSync>(cfg, p.model->param_sizes(), *ar, dev, r, p.g.get());
+          p.step_t = make_rank_timer(dev, TimedStream::Compute);
+          p.bwd_t = make_rank_timer(dev, TimedStream::Compute);
+        }
+        pool = std::make_unique<RankThreads>(
+            k, [&](int r, const std::string& why) { ds->group->abort(r, why); });
+        pool->run(compute_only);  // warm-up: oneDNN primitives, first touch
+        pool->run(full);          // warm-up: communication thread, naive staging
+        reps[0].sync->reset_times();
+      }))
+    return;
+
+  double total = 0, compute = 0, backward = 0;
+  for (auto _ : st) {
+    if (!guarded(st, [&] { pool->run(compute_only); })) break;
+    compute += *std::max_element(ts.begin(), ts.end());
+    backward += *std::max_element(tb.begin(), tb.end());
+    if (!guarded(st, [&] { pool->run(full); })) break;
+    const double s = *std::max_element(ts.begin(), ts.end());
+    st.SetIterationTime(s);
+    total += s;
+  }
+  if (st.error_occurred()) return;
+  const double iters = double(std::max<int64_t>(1, st.iterations()));
+  const SyncTimes& times = reps[0].sync->times();
+  st.counters["compute_s"] = compute / iters;
+  st.counters["backward_s"] = backward / iters;
+  st.counters["exposed_comm_s"] = (total - compute) / iters;
+  st.counters["comm_s"] = times.comm_s / iters;
+  st.counters["calls"] = double(times.calls) / iters;
+  st.counters["batch"] = gb;
+  st.counters["bytes"] = double(P * sizeof(float));
+}
+
+}  // namespace
+
+void register_overlap(BenchEnv& env, Backend b) {
+  for (const char* model : {"lenet", "resnet18"}) {
+    const int gb = std::string(model) == "lenet" ? env.cfg().lenet_batch : env.cfg().resnet18_batch;
+    for (const OvMode& m : overlap_modes(env.cfg().bucket_mb)) {
+      for (int k : env.cfg().ranks) {
+        if (gb < k) continue;  // every rank needs an example
+        const std::string name = std::string("overlap/") + backend_name(b) + "/" + model + "/" +
+                                 m.name + "/" + ranks_label(b, k);
+        const std::string mdl = model;
+        const GradSyncConfig cfg = m.cfg;
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [&env, b, mdl, cfg, k, gb](benchmark::State& st) {
+                                       bm_overlap(st, env, b, mdl, cfg, k, gb);
+                                     })
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+}
+
+}  // namespace dpb::bench

@@ -1,0 +1,130 @@
+// nccl_allreduce.cu: the "nccl" all-reduce: ncclAllReduce (float, sum, in place) on each rank's
+// CUDA comm stream. One communicator per rank, all made once by ncclCommInitAll over the group's
+// GPUs (single process, one thread per rank). Built with -DDPB_CUDA=ON; make_allreduce("nccl")
+// wraps it with tracing and abort; tested by tests/test_cuda_collectives.cpp.
+//
+// Ranks sharing a GPU: NCCL before 2.30 refuses two ranks of one communicator on one GPU; from
+// 2.30, NCCL_MULTI_RANK_GPU_ENABLE=1 allows it (up to 2 ranks per GPU, experimental). Otherwise
+// the constructor throws a dpb::Error saying so.
+//
+// Ordering: run() enqueues on the comm stream and returns; the caller orders the buffer's
+// producers before it (comm_wait_compute) and its consumers after it (compute_wait_comm or
+// comm_synchronize), as for naive and ring. NCCL's completion on each stream implies every rank
+// has contributed, so no extra barrier is needed.
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "collectives/allreduce.h"
+#include "kernels/cuda/cuda_device.h"
+
+namespace dpb {
+namespace {
+
+constexpr int kSharedGpuMinVersion = 23000;  // NCCL 2.30.0, as ncclGetVersion codes it
+constexpr int kMaxRanksPerGpu = 2;            // NCCL 2.30's limit (experimental feature)
+
+std::string version_str(int v) {
+  // Codes up to 2.8 are X*1000 + Y*100 + Z; from 2.9 X*10000 + Y*100 + Z.
+  int major = v >= 10000 ? v / 10000 : v / 1000, minor = v >= 10000 ? v / 100 % 100 : v / 100 % 10;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(v % 100);
+}
+
+class NcclAllReduce final : public AllReduce {
+ public:
+  explicit NcclAllReduce(CommGroup& group) {
+    const int k = group.size();
+    std::vector<int> gpus(k);
+    std::map<int, int> ranks_on;  // gpu -> number of ranks on it
+    for (int r = 0; r < k; ++r) {
+      auto* dev = dynamic_cast<CudaDevice*>(&group.device(r));
+      DPB_CHECK(dev, "--allreduce nccl: rank " << r << " is on " << group.device(r).name()
+                                               << ", not a CUDA device");
+      devs_.push_back(dev);
+      gpus[r] = dev->gpu();
+      ++ranks_on[gpus[r]];
+    }
+    int version = 0;
+    NCCL_CHECK(ncclGetVersion(&version), "all ranks");
+    int most = 0;
+    for (auto& [gpu, count] : ranks_on) most = std::max(most, count);
+    if (most > 1) {
+      const char* env = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+      bool enabled = env && std::string(env) == "1";
+      DPB_CHECK(version >= kSharedGpuMinVersion && enabled && most <= kMaxRanksPerGpu,
+                "--allreduce nccl: " << k << " ranks on " << ranks_on.size() << " GPU(s), up to "
+                    << most << " on one GPU: NCCL refuses ranks sharing a GPU before 2.30 "
+                       "(\"Duplicate GPU detected\"); from 2.30 it allows at most "
+                    << kMaxRanksPerGpu << " per GPU with NCCL_MULTI_RANK_GPU_ENABLE=1. This NCCL "
+                       "is " << version_str(version) << ", NCCL_MULTI_RANK_GPU_ENABLE is "
+                    << (env ? env : "unset") << ". Use --allreduce naive or ring, or fewer ranks");
+    }
+    int current = 0;
+    CUDA_CHECK(cudaGetDevice(&current));
+    comms_.assign(k, nullptr);
+    ncclResult_t res = ncclCommInitAll(comms_.data(), k, gpus.data());
+    cudaError_t back = cudaSetDevice(current);  // ncclCommInitAll may move this thread's device
+    if (res != ncclSuccess) {
+      comms_.clear();  // nothing to destroy: ncclCommInitAll cleans up after itself
+      NCCL_CHECK(res, "ncclCommInitAll over " << k << " ranks, NCCL " << version_str(version));
+    }
+    if (back != cudaSuccess) (void)cudaGetLastError();
+  }
+
+  ~NcclAllReduce() override {
+    for (size_t r = 0; r < comms_.size(); ++r) {
+      if (!comms_[r]) continue;
+      if (cudaSetDevice(devs_[r]->gpu()) != cudaSuccess) (void)cudaGetLastError();
+      // After an abort a peer may never have joined the last call: abort rather than wait.
+      ncclResult_t res = aborted_.load() ? ncclCommAbort(comms_[r]) : ncclCommDestroy(comms_[r]);
+      if (res != ncclSuccess)
+        std::fprintf(stderr, "dpbench: warning: freeing the NCCL communicator of rank %zu: %s\n", r,
+                     ncclGetErrorString(res));
+    }
+  }
+
+  std::string name() const override { return "nccl"; }
+
+  void run(int rank, float* buf, size_t n) override {
+    DPB_CHECK(!aborted_.load(), "rank " << rank << ": nccl all-reduce aborted");
+    if (n == 0) return;
+    CudaDevice& dev = *devs_[rank];
+    CUDA_CHECK(cudaSetDevice(dev.gpu()));
+    ncclComm_t comm = comms_[rank];
+    ncclResult_t async = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(comm, &async), "rank " << rank);
+    NCCL_CHECK(async, "rank " << rank << ", asynchronous error from an earlier call: "
+                              << ncclGetLastError(comm));
+    // Count in elements (floats), not bytes.
+    ncclResult_t res =
+        ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, dev.comm_stream());
+    NCCL_CHECK(res, "rank " << rank << " on cuda:" << dev.gpu() << ", " << n << " floats: "
+                            << ncclGetLastError(comm));
+  }
+
+  // Later run() calls throw. Work already enqueued by peers that wait for this rank is not
+  // cancelled here (ncclCommAbort from another thread could race a peer's ncclAllReduce); the
+  // communicators are aborted, not destroyed, when this object goes away.
+  void abort(int rank, const std::string& why) override {
+    (void)rank;
+    (void)why;
+    aborted_.store(true);
+  }
+
+ private:
+  std::vector<CudaDevice*> devs_;
+  std::vector<ncclComm_t> comms_;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace
+
+std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group) {
+  return std::make_unique<NcclAllReduce>(group);
+}
+
+}  // namespace dpb

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# run_all.sh: the whole benchmark in one command. Builds when needed (scripts/setup.sh), detects the
+# hardware (`dpbench info`), runs the microbenchmarks and the scenario suites (scenarios/*.ini)
+# through scripts/run_suite.py, writes results/<run-id>/ (one CSV per suite, benchmark JSON/CSV,
+# manifest.json, logs/, plots/, summary.txt) and prints a summary table.
+#   ./run_all.sh                              # quick without a GPU (about 15 min on 2 cores), else full
+#   ./run_all.sh --full --suite d2l-lenet --devices 1,2
+#   ./run_all.sh --out results/20260101T000000Z-abc1234    # continue an interrupted run
+set -euo pipefail
+cd "$(dirname "$0")"
+T0=$SECONDS
+INVOCATION="./run_all.sh $*"
+
+usage() {
+  cat <<'EOF'
+usage: ./run_all.sh [--quick | --full] [--suite NAME]... [--devices LIST] [--out DIR] [--no-build]
+
+  --quick         data subsets and fewer epochs (default without a GPU); every output says quick
+  --full          the suites' full settings (default with a GPU; hours on a CPU)
+  --suite NAME    a suite from scenarios/ (repeatable or comma list; default: every suite marked
+                  default = yes: micro, d2l-lenet, d2l-resnet18, scaling, sync). `smoke` is CI's.
+  --devices LIST  device counts to run, e.g. 1,2 (default 1,2,4; `--devices max` runs use the
+                  largest)
+  --out DIR       results folder (default results/<UTC time>-<git commit>); an existing one is
+                  continued: runs already in its CSVs are skipped
+  --no-build      use the build as it is, even when sources are newer
+  -h, --help      this text
+
+Environment: DPB_BUILD_DIR (default build), DPB_BACKEND=cpu|cuda to override the detection.
+Suites and their runs: scripts/run_suite.py list
+EOF
+}
+
+mode="" devices="1,2,4" out="" build_ok=1
+suites=()
+while (($#)); do
+  case $1 in
+    --quick) mode=quick ;;
+    --full) mode=full ;;
+    --suite) [ $# -ge 2 ] || { echo "run_all.sh: --suite needs a name" >&2; exit 2; }
+             suites+=("$2"); shift ;;
+    --suite=*) suites+=("${1#*=}") ;;
+    --devices) [ $# -ge 2 ] || { echo "run_all.sh: --devices needs a list" >&2; exit 2; }
+               devices=$2; shift ;;
+    --devices=*) devices=${1#*=} ;;
+    --out) [ $# -ge 2 ] || { echo "run_all.sh: --out needs a folder" >&2; exit 2; }
+           out=$2; shift ;;
+    --out=*) out=${1#*=} ;;
+    --no-build) build_ok=0 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "run_all.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ $devices =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+  { echo "run_all.sh: --devices wants counts like 1,2,4, got '$devices'" >&2; exit 2; }
+suite_list=$(IFS=,; echo "${suites[*]:-}")
+for s in ${suite_list//,/ }; do
+  [ -f "scenarios/$s.ini" ] || { echo "run_all.sh: no suite '$s' (scenarios/: $(cd scenarios &&
+    ls *.ini | sed 's/\.ini$//' | tr '\n' ' '))" >&2; exit 2; }
+done
+
+elapsed() { local s=$((SECONDS - T0)); printf '%d:%02d:%02d' $((s / 3600)) $((s / 60 % 60)) $((s % 60)); }
+step() { echo; echo "== [$(elapsed)] $*"; }
+interrupted() {
+  echo
+  echo "run_all.sh: interrupted after $(elapsed)."
+  [ -n "$out" ] && [ -d "$out" ] && echo "  Complete files so far are in $out (every CSV holds whole" \
+    "runs only); continue with: ./run_all.sh --out $out ${suite_list:+--suite $suite_list}"
+  exit 130
+}
+trap interrupted INT TERM
+
+# ---- 1. build when missing or stale
+BUILD=${DPB_BUILD_DIR:-build}
+step "build ($BUILD)"
+why=""
+if [ ! -x "$BUILD/dpbench" ]; then
+  why="$BUILD/dpbench is missing"
+else
+  newer=$(find src kernels collectives bench CMakeLists.txt -type f -newer "$BUILD/dpbench" \
+            2>/dev/null | head -1)
+  [ -n "$newer" ] && why="sources are newer than $BUILD/dpbench (e.g. $newer)"
+  if [ -z "$why" ] && [ -f bench/main.cpp ] && [ ! -x "$BUILD/dpbench-micro" ]; then
+    why="$BUILD/dpbench-micro is missing"
+  fi
+fi
+if [ -z "$why" ]; then
+  echo "up to date: $BUILD/dpbench"
+elif ((build_ok == 0)); then
+  echo "not building (--no-build) although $why"
+  [ -x "$BUILD/dpbench" ] || { echo "run_all.sh: no $BUILD/dpbench to run" >&2; exit 1; }
+else
+  echo "running scripts/setup.sh: $why"
+  if ! DPB_BUILD_DIR="$BUILD" scripts/setup.sh; then
+    [ -x "$BUILD/dpbench" ] || { echo "run_all.sh: scripts/setup.sh failed and there is no" \
+      "$BUILD/dpbench; see the messages above" >&2; exit 1; }
+    echo "run_all.sh: WARNING: scripts/setup.sh failed; going on with the existing (stale)" \
+      "$BUILD/dpbench" >&2
+  fi
+fi
+
+# ---- 2. hardware
+step "hardware"
+info=$("$BUILD/dpbench" info)
+read -r cpu cores cuda_built ngpu backend < <(python3 -c '
+import json, sys
+i = json.loads(sys.argv[1])
+print(i["cpu"].replace(" ", "_"), i["cores"], str(i["cuda_built"]).lower(), i["cuda_devices"],
+      i["default_backend"])' "$info")
+echo "CPU: ${cpu//_/ }, $cores cores"
+if [ "$cuda_built" = true ]; then
+  echo "CUDA backend: built (cuDNN, cuBLAS, NCCL); GPUs found: $ngpu"
+  command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | sed 's/^/  /' || true
+else
+  echo "CUDA backend: not built (no nvcc at build time)"
+fi
+backend=${DPB_BACKEND:-$backend}
+if [ "$backend" = cuda ]; then
+  why="a CUDA build and $ngpu GPU(s)"
+  maxdev=$(tr , '\n' <<<"$devices" | sort -n | tail -1)
+  ((ngpu < maxdev)) && echo "note: runs with more devices than GPUs put several ranks on" \
+    "one GPU; they are marked shared_gpu (not scaling figures)"
+else
+  why=$([ "$cuda_built" = true ] && echo "no GPU found" || echo "no CUDA build")
+  echo "note: k devices are k threads sharing the $cores cores (cores/k math threads each), so" \
+    "k > 1 shows the cost of synchronization, not a speedup"
+fi
+[ -n "$mode" ] || mode=$([ "$backend" = cuda ] && echo full || echo quick)
+echo "=> backend $backend ($why); mode $mode$([ "$mode" = quick ] &&
+  echo " (data subsets, fewer epochs; every output is marked quick)")"
+if [ "$mode" = full ] && [ "$backend" = cpu ]; then
+  echo "WARNING: full mode on a CPU takes many hours (ResNet-18 costs ~2.7 GFLOP per training" \
+    "image); Ctrl-C keeps every finished run"
+fi
+
+# ---- 3. microbenchmarks and suites
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo nogit)
+run_id="$(date -u +%Y%m%dT%H%M%SZ)-$commit"
+out=${out:-results/$run_id}
+mkdir -p "$out"
+step "microbenchmarks and suites -> $out"
+set +e
+python3 scripts/run_suite.py run --out "$out" --"$mode" --backend "$backend" --devices "$devices" \
+  --bin "$BUILD/dpbench" ${suite_list:+--suite "$suite_list"} --info "$info" \
+  --invocation "$INVOCATION"
+rc=$?
+set -e
+((rc == 130)) && interrupted
+
+# ---- 4. plots (matplotlib: Debian's python3, not a pyenv without it)
+step "plots -> $out/plots"
+PLOTPY=""
+for py in /usr/bin/python3 python3; do
+  if "$py" -c 'import matplotlib' 2>/dev/null; then PLOTPY=$py; break; fi
+done
+if [ -z "$PLOTPY" ]; then
+  echo "skipped: no python3 with matplotlib (Debian: apt-get install python3-matplotlib)"
+else
+  t=$SECONDS
+  set +e
+  "$PLOTPY" plots/make_plots.py "$out"
+  prc=$?
+  set -e
+  python3 scripts/run_suite.py record "$out" --rc $prc --wall $((SECONDS - t)) -- \
+    "$PLOTPY" plots/make_plots.py "$out"
+  ((prc == 0)) || echo "run_all.sh: WARNING: plots/make_plots.py failed (rc $prc)" >&2
+fi
+
+# ---- 5. summary
+step "summary"
+python3 scripts/run_suite.py summary "$out"
+case $out in results/*) ln -sfn "$(basename "$out")" results/latest ;; esac
+echo
+echo "run_all.sh: done in $(elapsed) ($mode mode, backend $backend). Results: $out/"
+echo "  suite CSVs: $(cd "$out" && ls *.csv 2>/dev/null | grep -v '^summary' | tr '\n' ' ')"
+echo "  plots: $out/plots/   summary: $out/summary.txt   manifest: $out/manifest.json"
+((rc == 0)) || echo "run_all.sh: some runs failed (see above and $out/manifest.json)" >&2
+exit $rc

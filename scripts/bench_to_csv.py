@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""bench_to_csv.py: Google Benchmark JSON from dpbench-micro -> one tidy CSV (python3 stdlib only).
+
+    scripts/bench_to_csv.py results/micro-20250101-120000.json            # -> same name .csv
+    scripts/bench_to_csv.py a.json b.json -o results/micro.csv             # several runs, one header
+
+One row per benchmark run or aggregate. The benchmark name is split into its parts:
+    allreduce/<backend>/<algorithm>/ranks:<k>[/shared]/bytes:<n>
+    gradsync/<backend>/<model>/<mode>/ranks:<k>[/shared]
+    overlap/<backend>/<model>/<mode>/ranks:<k>[/shared]
+    membw/cpu/copy/threads:<k>               (ranks = threads, bytes = bytes per thread)
+Google Benchmark's suffixes (/manual_time, /repeats:N, /min_time:X, ...) are dropped from the
+parsed fields but kept in `name`. real_time_s is the per-iteration time in seconds; for the `cv`
+aggregate every number is a coefficient of variation (a ratio) as Google Benchmark writes it.
+Rows of benchmarks that failed keep their error_message and leave the numbers empty. The
+context (CPU, library versions, git commit, ...) is repeated on every row. The CSV is written
+to a temporary file beside the target and renamed into place (never half-written).
+"""
+import argparse
+import csv
+import json
+import os
+import sys
+import tempfile
+
+COLUMNS = [
+    "name", "backend", "kind", "algorithm_mode", "model", "ranks", "bytes", "shared_gpu",
+    "real_time_s", "algbw_GBps", "busbw_GBps", "bw_fraction", "wrong", "calls", "backward_s",
+    "compute_s", "exposed_comm_s", "aggregate",
+    # extra measurements, then bookkeeping
+    "membw_GBps", "traffic_GBps", "comm_s", "batch", "iterations", "repetition_index",
+    "error_message",
+]
+COUNTERS = ["algbw_GBps", "busbw_GBps", "bw_fraction", "wrong", "calls", "backward_s",
+            "compute_s", "exposed_comm_s", "membw_GBps", "traffic_GBps", "comm_s", "batch"]
+UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+GB_SUFFIXES = ("manual_time", "real_time", "process_time", "repeats:", "min_time:",
+               "min_warmup_time:", "iterations:")
+
+
+def parse_name(run_name):
+    """Fields encoded in a dpbench-micro benchmark name (empty strings where not applicable)."""
+    segs = run_name.split("/")
+    while len(segs) > 1 and segs[-1].startswith(GB_SUFFIXES):
+        segs.pop()
+    f = {"kind": segs[0], "backend": segs[1] if len(segs) > 1 else "", "algorithm_mode": "",
+         "model": "", "ranks": "", "bytes": "", "shared_gpu": "shared" in segs[2:]}
+    plain = [s for s in segs[2:] if ":" not in s and s != "shared"]
+    for s in segs[2:]:
+        key, _, val = s.partition(":")
+        if key in ("ranks", "threads") and val:
+            f["ranks"] = int(val)
+        elif key == "bytes" and val:
+            f["bytes"] = int(val)
+    if f["kind"] in ("gradsync", "overlap"):
+        f["model"] = plain[0] if plain else ""
+        f["algorithm_mode"] = plain[1] if len(plain) > 1 else ""
+    else:  # allreduce: the algorithm; membw: the operation ("copy")
+        f["algorithm_mode"] = plain[0] if plain else ""
+    return f
+
+
+def flatten_context(ctx):
+    out = {}
+    for key, val in ctx.items():
+        if key == "caches" and isinstance(val, list):
+            val = "; ".join("L%s %s %d KiB x%s" % (c.get("level"), c.get("type"),
+                                                   int(c.get("size", 0)) // 1024,
+                                                   c.get("num_sharing")) for c in val)
+        elif isinstance(val, list):
+            val = " ".join(str(v) for v in val)
+        elif isinstance(val, bool):
+            val = str(val).lower()
+        out[key] = val
+    return out
+
+
+def rows_of(doc):
+    ctx = flatten_context(doc.get("context", {}))
+    for b in doc.get("benchmarks", []):
+        row = {c: "" for c in COLUMNS}
+        row["name"] = b.get("name", "")
+        row.update(parse_name(b.get("run_name", b.get("name", ""))))
+        row["shared_gpu"] = "true" if row["shared_gpu"] else "false"
+        row["aggregate"] = b.get("aggregate_name", "") if b.get("run_type") == "aggregate" else ""
+        row["iterations"] = b.get("iterations", "")
+        row["repetition_index"] = b.get("repetition_index", "")
+        if b.get("error_occurred"):
+            row["error_message"] = b.get("error_message", "")
+        else:
+            scale = UNIT_S.get(b.get("time_unit", "ns"), 1e-9)
+            if b.get("aggregate_unit") == "percentage":
+                scale = 1.0
+            if "real_time" in b:
+                row["real_time_s"] = repr(b["real_time"] * scale)
+            for c in COUNTERS:
+                if c in b:
+                    row[c] = repr(b[c])
+            if row["bytes"] == "" and "bytes" in b and row["aggregate"] in ("", "mean", "median"):
+                row["bytes"] = int(b["bytes"])
+        yield row, ctx
+
+
+def write_atomic(path, header, rows):
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".bench_to_csv.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=header, extrasaction="raise", restval="")
+            w.writeheader()
+            for r in rows:
+                w.writerow(r)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("inputs", nargs="+", help="Google Benchmark JSON files (--benchmark_out)")
+    ap.add_argument("-o", "--output", help="CSV path (default: the first input with .csv)")
+    args = ap.parse_args(argv)
+    out = args.output or os.path.splitext(args.inputs[0])[0] + ".csv"
+    rows, ctx_keys = [], []
+    for path in args.inputs:
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            sys.exit("bench_to_csv.py: cannot read %s: %s" % (path, e))
+        if not isinstance(doc, dict) or "benchmarks" not in doc:
+            sys.exit("bench_to_csv.py: %s is not Google Benchmark JSON (no 'benchmarks')" % path)
+        for row, ctx in rows_of(doc):
+            for k in ctx:
+                if k not in ctx_keys:
+                    ctx_keys.append(k)
+            rows.append((row, ctx))
+    # Context columns after the measurements; a key that clashes with a column gets "context_".
+    ctx_cols = [("context_" + k if k in COLUMNS else k) for k in ctx_keys]
+    merged = []
+    for row, ctx in rows:
+        r = dict(row)
+        for k, col in zip(ctx_keys, ctx_cols):
+            r[col] = ctx.get(k, "")
+        merged.append(r)
+    write_atomic(out, COLUMNS + ctx_cols, merged)
+    print("bench_to_csv.py: %d rows -> %s" % (len(merged), out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# bench_smoke.sh BUILD_DIR: dpbench-micro runs a small filtered set (well under 60 s on 2 cores),
+# writes Google Benchmark JSON, every all-reduce/grad-sync check reports wrong == 0 and nothing
+# failed, scripts/bench_to_csv.py converts the JSON, and Debian's compare.py (libbenchmark-tools)
+# reads two such files. Registered in CMake with:
+#   add_test(NAME bench_smoke COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/bench_smoke.sh ${CMAKE_BINARY_DIR})
+set -euo pipefail
+BUILD=${1:?usage: bench_smoke.sh BUILD_DIR}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+BIN="$BUILD/dpbench-micro"
+[ -x "$BIN" ] || { echo "FAIL: $BIN not built (configure with -DDPB_BENCH=ON)"; exit 1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+"$BIN" --help | grep -q -- "--dpb_max_bytes" || { echo "FAIL: --help lacks our flags"; exit 1; }
+"$BIN" --help | grep -q -- "--benchmark_filter" || { echo "FAIL: --help lacks Google Benchmark's"; exit 1; }
+if "$BIN" --dpb_bogus=1 >/dev/null 2>&1; then echo "FAIL: unknown --dpb_ flag accepted"; exit 1; fi
+
+FILTER='membw/cpu/copy/threads:2/|allreduce/cpu/(naive|ring)/ranks:(1|2|4)/bytes:(8|4096|516272)/'
+FILTER+='|gradsync/cpu/lenet/(per-param|bucket1MB)/ranks:(2|4)/'
+FILTER+='|overlap/cpu/lenet/(fused-after|per-param-overlap)/ranks:2/'
+run() {  # run OUT.json FILTER
+  "$BIN" --benchmark_filter="$2" --benchmark_min_time=0.01 --dpb_max_bytes=1M \
+         --dpb_ranks=1,2,4 --benchmark_out="$1" --benchmark_format=console >"$1.log" 2>&1 \
+    || { echo "FAIL: dpbench-micro exited non-zero"; tail -20 "$1.log"; exit 1; }
+}
+start=$SECONDS
+run "$tmp/a.json" "$FILTER"
+run "$tmp/b.json" 'allreduce/cpu/ring/ranks:2/bytes:(8|4096)/'  # a second file for compare.py
+echo "ok: two runs in $((SECONDS - start)) s"
+
+/usr/bin/python3 - "$tmp/a.json" <<'EOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+runs = doc["benchmarks"]
+kinds = {r["run_name"].split("/")[0] for r in runs}
+assert kinds == {"membw", "allreduce", "gradsync", "overlap"}, kinds
+errors = [r["name"] + ": " + r.get("error_message", "") for r in runs if r.get("error_occurred")]
+assert not errors, "benchmarks failed:\n" + "\n".join(errors)
+checked = [r for r in runs if "wrong" in r]
+assert len(checked) >= 14, "expected >= 14 checked runs, got %d" % len(checked)
+bad = [(r["name"], r["wrong"]) for r in checked if r["wrong"] != 0]
+assert not bad, "wrong elements: %s" % bad
+for r in runs:
+    if r["run_name"].startswith("allreduce/cpu/ring/ranks:2/bytes:516272"):
+        assert r["busbw_GBps"] > 0 and r["bw_fraction"] > 0, r
+    if r["run_name"].startswith("overlap/"):
+        assert r["compute_s"] > 0 and r["backward_s"] > 0 and r["calls"] >= 1, r
+for key in ("cpu_model", "cores", "onednn_version", "git_commit", "dpbench_version"):
+    assert key in doc["context"], "context lacks " + key
+print("ok: %d runs, %d checked, all wrong == 0, no errors" % (len(runs), len(checked)))
+EOF
+
+/usr/bin/python3 "$SRC/scripts/bench_to_csv.py" "$tmp/a.json" -o "$tmp/a.csv"
+/usr/bin/python3 - "$tmp/a.csv" "$tmp/a.json" <<'EOF'
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+n = len(json.load(open(sys.argv[2]))["benchmarks"])
+assert len(rows) == n, (len(rows), n)
+ring = [r for r in rows if r["kind"] == "allreduce" and r["algorithm_mode"] == "ring"
+        and r["ranks"] == "2" and r["bytes"] == "4096"]
+assert len(ring) == 1 and float(ring[0]["real_time_s"]) > 0, ring
+assert {r["kind"] for r in rows} == {"membw", "allreduce", "gradsync", "overlap"}
+assert all(r["git_commit"] for r in rows)
+print("ok: bench_to_csv.py wrote %d rows" % len(rows))
+EOF
+
+COMPARE=$(dpkg -L libbenchmark-tools 2>/dev/null | grep '/compare.py$' | head -1 || true)
+COMPARE=${COMPARE:-/usr/share/benchmark/compare.py}
+[ -f "$COMPARE" ] || { echo "FAIL: compare.py not found (apt-get install libbenchmark-tools)"; exit 1; }
+/usr/bin/python3 "$COMPARE" --no-color benchmarks "$tmp/a.json" "$tmp/b.json" >"$tmp/compare.txt" 2>&1 \
+  || { echo "FAIL: compare.py"; tail -20 "$tmp/compare.txt"; exit 1; }
+grep -q "allreduce/cpu/ring/ranks:2/bytes:4096" "$tmp/compare.txt" \
+  || { echo "FAIL: compare.py output lacks the ring run"; head -20 "$tmp/compare.txt"; exit 1; }
+echo "ok: compare.py read both runs ($(wc -l <"$tmp/compare.txt") lines)"
+echo "bench_smoke: all checks passed in $SECONDS s"

@@ -1,0 +1,275 @@
+// test_allreduce.cpp: CommGroup, naive and ring all-reduce on the CPU backend (one thread per
+// rank), every element checked on every rank against an exactly representable sum; the
+// CUDA-style event handshake of the barrier, checked with a recording device; make_allreduce's
+// errors; abort on failure. Run: ./dpb_tests --gtest_filter='AllReduce*:CommGroup*'
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "collectives/allreduce.h"
+#include "src/core/check.h"
+
+namespace dpb {
+namespace {
+
+// Runs fn(rank) on k threads; rethrows the first exception after all threads have ended.
+void on_ranks(int k, const std::function<void(int)>& fn) {
+  std::vector<std::exception_ptr> errs(k);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < k; ++r)
+    threads.emplace_back([&, r] {
+      try { fn(r); } catch (...) { errs[r] = std::current_exception(); }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errs)
+    if (e) std::rethrow_exception(e);
+}
+
+struct Ranks {
+  std::vector<std::unique_ptr<Device>> devs;
+  std::vector<Device*> raw;
+  explicit Ranks(int k) {
+    for (int r = 0; r < k; ++r) devs.push_back(make_cpu_device(r, 1));
+    for (auto& d : devs) raw.push_back(d.get());
+  }
+};
+
+// Buffer r holds (r+1)*(i%7+1): every partial sum is a small integer, so float sums are exact
+// in any order, and the result is (i%7+1)*k(k+1)/2.
+void check_allreduce(AllReduce& ar, CommGroup& group, size_t n, int rounds) {
+  const int k = group.size();
+  on_ranks(k, [&](int r) {
+    Device& dev = group.device(r);
+    std::vector<float> host(n);
+    for (size_t i = 0; i < n; ++i) host[i] = float((r + 1) * int(i % 7 + 1));
+    Buffer buf(dev, n, "test buffer");
+    dev.upload(buf.get(), host.data(), n);
+    float scale = 1;
+    for (int round = 0; round < rounds; ++round) {  // round 2 reduces the reduced buffers
+      ar.run(r, buf.get(), n);
+      scale *= round == 0 ? float(k * (k + 1) / 2) : float(k);
+    }
+    dev.synchronize();
+    dev.download(host.data(), buf.get(), n);
+    size_t wrong = 0, first = n;
+    for (size_t i = 0; i < n; ++i)
+      if (host[i] != scale * float(i % 7 + 1)) { ++wrong; if (first == n) first = i; }
+    EXPECT_EQ(wrong, 0u) << ar.name() << " k=" << k << " n=" << n << " rank " << r
+                         << ": first wrong element " << first << " = "
+                         << (first < n ? host[first] : 0) << ", want "
+                         << scale * float(first % 7 + 1);
+  });
+}
+
+TEST(AllReduce, ExactSumsEveryRankEveryElement) {
+  for (int k : {1, 2, 3, 4, 8}) {
+    Ranks ranks(k);
+    CommGroup group(k, ranks.raw);
+    for (const char* algo : {"naive", "ring"}) {
+      auto ar = make_allreduce(algo, group);
+      EXPECT_EQ(ar->name(), algo);
+      // One group and one object for all sizes: repeated calls, growing and shrinking.
+      for (size_t n : {size_t(0), size_t(1), size_t(2), size_t(3), size_t(k - 1), size_t(k),
+                       size_t(k + 1), size_t(1000), size_t(1048577), size_t(129000), size_t(5)})
+        check_allreduce(*ar, group, n, n == 1000 ? 2 : 1);
+    }
+  }
+}
+
+TEST(AllReduce, ChunksCoverTheBuffer) {
+  for (int k : {1, 2, 3, 8})
+    for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(1001)}) {
+      size_t next = 0;
+      for (int c = 0; c < k; ++c) {
+        EXPECT_EQ(chunk_begin(n, k, c), next);
+        EXPECT_LE(chunk_size(n, k, c), n / k + 1);
+        EXPECT_GE(chunk_size(n, k, c), n / k);
+        next += chunk_size(n, k, c);
+      }
+      EXPECT_EQ(next, n);
+    }
+}
+
+TEST(AllReduce, FactoryErrors) {
+  Ranks ranks(2);
+  CommGroup group(2, ranks.raw);
+  try {
+    make_allreduce("tree", group);
+    FAIL() << "no error for an unknown algorithm";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'tree'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("naive, ring, nccl"), std::string::npos) << e.what();
+  }
+  try {
+    make_allreduce("nccl", group);
+    FAIL() << "nccl accepted on the CPU backend";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--backend cuda"), std::string::npos) << e.what();
+  }
+#ifndef DPB_HAVE_CUDA
+  EXPECT_THROW(make_nccl_allreduce(group), Error);
+#endif
+  EXPECT_THROW(CommGroup(0, {}), Error);
+  EXPECT_THROW(CommGroup(2, {ranks.raw[0]}), Error);
+}
+
+TEST(AllReduce, FormatBytes) {
+  EXPECT_EQ(format_bytes(129000 * 4.0), "516.0 KB");
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(999), "999 B");
+  EXPECT_EQ(format_bytes(11200000 * 4.0), "44.8 MB");
+  EXPECT_EQ(format_bytes(2.5e9), "2.5 GB");
+}
+
+TEST(CommGroup, AbortWakesWaitingRanks) {
+  for (int k : {2, 3}) {
+    Ranks ranks(k);
+    CommGroup group(k, ranks.raw);
+    std::atomic<int> threw{0};
+    on_ranks(k, [&](int r) {
+      if (r == k - 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the others block
+        group.abort(r, "rank failed on purpose");
+        return;
+      }
+      try {
+        group.barrier(r);
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("rank failed on purpose"), std::string::npos);
+        ++threw;
+      }
+    });
+    EXPECT_EQ(threw.load(), k - 1);
+    EXPECT_TRUE(group.aborted());
+    EXPECT_THROW(group.barrier(0), Error);  // stays aborted
+  }
+}
+
+// ---- a forwarding device that can pretend to be CUDA (to run the event handshake) and fail ----
+
+struct Shared {  // the recording devices of one group
+  std::vector<std::atomic<long>> records;
+  std::atomic<long> violations{0}, waits{0};
+  explicit Shared(int k) : records(k) {}
+};
+
+class RecordingDevice final : public Device {
+ public:
+  RecordingDevice(int rank, Shared& sh, bool pretend_cuda)
+      : in_(make_cpu_device(rank, 1)), sh_(sh), cuda_(pretend_cuda) {}
+  int fail_reduce_after = -1;  // comm_reduce throws on its call number fail_reduce_after
+  std::vector<long> seen;      // per peer: the record count this device last waited on
+
+  BackendKind kind() const override { return cuda_ ? BackendKind::Cuda : BackendKind::Cpu; }
+  int rank() const override { return in_->rank(); }
+  std::string name() const override { return "recording " + in_->name(); }
+  float* alloc(size_t n, const char* w) override { return in_->alloc(n, w); }
+  void release(float* p) override { in_->release(p); }
+  void upload(float* d, const float* h, size_t n) override { in_->upload(d, h, n); }
+  void download(float* h, const float* s, size_t n) override { in_->download(h, s, n); }
+  void fill(float* d, float v, size_t n) override { in_->fill(d, v, n); }
+  void copy(float* d, const float* s, size_t n) override { in_->copy(d, s, n); }
+  void load_images(float* d, const uint8_t* h, size_t n) override { in_->load_images(d, h, n); }
+  void load_labels(float* d, const uint8_t* h, size_t n) override { in_->load_labels(d, h, n); }
+  void synchronize() override {}
+  void conv2d_forward(const ConvShape&, const float*, const float*, const float*, float*) override {}
+  void conv2d_backward(const ConvShape&, const float*, const float*, const float*, float*, float*,
+                       float*) override {}
+  void avgpool_forward(const PoolShape&, const float*, float*) override {}
+  void avgpool_backward(const PoolShape&, const float*, float*) override {}
+  void gap_forward(int, int, int, const float*, float*) override {}
+  void gap_backward(int, int, int, const float*, float*) override {}
+  void relu_forward(const float*, float*, size_t) override {}
+  void relu_backward(const float*, const float*, float*, size_t) override {}
+  void dense_forward(int, int, int, const float*, const float*, const float*, float*) override {}
+  void dense_backward(int, int, int, const float*, const float*, const float*, float*, float*,
+                      float*) override {}
+  void softmax_xent(int, int, const float*, const float*, float, float*, float*) override {}
+  void batchnorm_forward_train(const BnShape&, const float*, const float*, const float*, float*,
+                               float*, float*, float*, float*) override {}
+  void batchnorm_forward_infer(const BnShape&, const float*, const float*, const float*,
+                               const float*, const float*, float*) override {}
+  void batchnorm_backward(const BnShape&, const float*, const float*, const float*, const float*,
+                          const float*, float*, float*, float*) override {}
+  void axpy(float, const float*, float*, size_t) override {}
+  void sgd_step(float*, const float*, float, size_t) override {}
+  void comm_copy(float* d, const float* s, size_t n) override { in_->comm_copy(d, s, n); }
+  void comm_reduce(float* d, const float* s, size_t n) override {
+    if (reduces_++ == fail_reduce_after) throw Error("injected comm_reduce failure");
+    in_->comm_reduce(d, s, n);
+  }
+  void comm_record() override { ++sh_.records[rank()]; }
+  // A peer must not record again before every rank has waited on its previous record: each
+  // wait must see a record count one higher than the one it waited on last time.
+  void comm_wait_peer(Device& peer) override {
+    if (seen.empty()) seen.assign(sh_.records.size(), 0);
+    const long now = sh_.records[peer.rank()].load();
+    if (now != seen[peer.rank()] + 1) ++sh_.violations;
+    seen[peer.rank()] = now;
+    ++sh_.waits;
+  }
+
+ private:
+  std::unique_ptr<Device> in_;
+  Shared& sh_;
+  bool cuda_;
+  int reduces_ = 0;
+};
+
+TEST(CommGroup, EventHandshakeWhenDevicesAreNotCpu) {
+  for (int k : {2, 3, 4}) {
+    Shared sh(k);
+    std::vector<std::unique_ptr<RecordingDevice>> devs;
+    std::vector<Device*> raw;
+    for (int r = 0; r < k; ++r) {
+      devs.push_back(std::make_unique<RecordingDevice>(r, sh, /*pretend_cuda=*/true));
+      raw.push_back(devs.back().get());
+    }
+    CommGroup group(k, raw);
+    for (const char* algo : {"naive", "ring"}) {
+      auto ar = make_allreduce(algo, group);
+      for (size_t n : {size_t(1), size_t(k + 1), size_t(100003)}) check_allreduce(*ar, group, n, 2);
+    }
+    EXPECT_EQ(sh.violations.load(), 0) << "k=" << k;
+    EXPECT_GT(sh.waits.load(), 0);
+#ifndef DPB_HAVE_CUDA
+    EXPECT_THROW(make_allreduce("nccl", group), Error);  // CUDA devices, but no NCCL built
+#endif
+  }
+}
+
+TEST(AllReduce, FailureOnOneRankAbortsTheOthers) {
+  const int k = 3;
+  for (const char* algo : {"ring", "naive"}) {
+    Shared sh(k);
+    std::vector<std::unique_ptr<RecordingDevice>> devs;
+    std::vector<Device*> raw;
+    for (int r = 0; r < k; ++r) {
+      devs.push_back(std::make_unique<RecordingDevice>(r, sh, false));
+      raw.push_back(devs.back().get());
+    }
+    // naive reduces on rank 0 only; ring on every rank: fail on rank 0's second reduce.
+    devs[0]->fail_reduce_after = 1;
+    CommGroup group(k, raw);
+    auto ar = make_allreduce(algo, group);
+    std::atomic<int> threw{0};
+    on_ranks(k, [&](int r) {
+      Buffer buf(*raw[r], 1000, "b");
+      try {
+        for (int i = 0; i < 3; ++i) ar->run(r, buf.get(), 1000);
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("injected comm_reduce failure"), std::string::npos)
+            << e.what();
+        ++threw;
+      }
+    });
+    EXPECT_EQ(threw.load(), k) << algo;
+  }
+}
+
+}  // namespace
+}  // namespace dpb

@@ -1,0 +1,180 @@
+// test_cuda_collectives.cpp: naive, ring and NCCL all-reduce on CUDA devices for k = 1..4 ranks
+// (rank r on GPU r mod count, so ranks share GPUs when there are fewer than k), on inputs whose
+// sums are exact in float: rank r holds (r + 1) * (i % 7 + 1), every rank must end with
+// k (k + 1) / 2 * (i % 7 + 1) in every element. NCCL with ranks sharing a GPU is skipped, with
+// NCCL's reason, unless this NCCL allows it (>= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1).
+// Compiled only with CUDA; without a GPU every test skips. Run: ctest --test-dir build-cuda -R CudaColl
+#ifdef DPB_HAVE_CUDA
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/allreduce.h"
+#include "kernels/cuda/cuda_device.h"
+#include "src/core/check.h"
+
+namespace dpb {
+namespace {
+
+#define REQUIRE_GPU()                                                                  \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU: " << cuda_unavailable_reason()
+
+struct Ranks {  // k CUDA devices, rank r on GPU r mod count
+  std::vector<std::unique_ptr<Device>> devs;
+  std::vector<Device*> raw;
+  explicit Ranks(int k) {
+    int ngpu = cuda_device_count();
+    for (int r = 0; r < k; ++r) {
+      devs.push_back(make_cuda_device(r, r % ngpu, false));
+      raw.push_back(devs.back().get());
+    }
+  }
+};
+
+// Runs fn(rank) on k threads; rethrows nothing, records each rank's exception as a failure.
+template <class Fn>
+void on_ranks(int k, Fn fn) {
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::vector<std::string> errors;
+  for (int r = 0; r < k; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lk(mu);
+        errors.push_back("rank " + std::to_string(r) + ": " + e.what());
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) ADD_FAILURE() << e;
+}
+
+// One collective call of n floats on every rank, then checks every element on every rank.
+void check_allreduce(AllReduce& ar, CommGroup& group, size_t n) {
+  const int k = group.size();
+  std::vector<Buffer> bufs(k);
+  for (int r = 0; r < k; ++r) {
+    Device& dev = group.device(r);
+    bufs[r] = Buffer(dev, n, "allreduce test buffer");
+    std::vector<float> host(n);
+    for (size_t i = 0; i < n; ++i) host[i] = float(r + 1) * float(i % 7 + 1);
+    dev.upload(bufs[r].get(), host.data(), n);
+  }
+  on_ranks(k, [&](int r) {
+    Device& dev = group.device(r);
+    dev.comm_wait_compute();  // the upload, on the compute stream, comes first
+    ar.run(r, bufs[r].get(), n);
+    dev.comm_synchronize();
+  });
+  const float scale = float(k * (k + 1) / 2);
+  for (int r = 0; r < k; ++r) {
+    std::vector<float> host(n);
+    group.device(r).download(host.data(), bufs[r].get(), n);
+    size_t wrong = 0, first = n;
+    for (size_t i = 0; i < n; ++i)
+      if (host[i] != scale * float(i % 7 + 1)) {
+        if (first == n) first = i;
+        ++wrong;
+      }
+    EXPECT_EQ(wrong, 0u) << ar.name() << " k=" << k << " n=" << n << " rank " << r << " on "
+                         << group.device(r).name() << ": first wrong [" << first << "] = "
+                         << (first < n ? host[first] : 0.f) << ", want "
+                         << scale * float(first % 7 + 1);
+  }
+}
+
+const std::vector<size_t> kSizes = {0, 1, 3, 4, 1000, 1027, (size_t(1) << 20) + 7, 5};
+
+void run_algorithm(const char* algo) {
+  std::string skipped;
+  const int ngpu = cuda_device_count();
+  for (int k = 1; k <= 4; ++k) {
+    SCOPED_TRACE(std::string(algo) + " k=" + std::to_string(k) + " on " + std::to_string(ngpu) +
+                 " GPU(s)");
+    Ranks ranks(k);
+    CommGroup group(k, ranks.raw);
+    std::unique_ptr<AllReduce> ar;
+    try {
+      ar = make_allreduce(algo, group);
+    } catch (const Error& e) {
+      std::string m = e.what();
+      // The only accepted refusal: NCCL with ranks sharing a GPU, naming the way to allow it.
+      if (std::string(algo) == "nccl" && k > ngpu &&
+          m.find("NCCL_MULTI_RANK_GPU_ENABLE") != std::string::npos) {
+        skipped += "\n  k=" + std::to_string(k) + ": " + m;
+        continue;
+      }
+      ADD_FAILURE() << "make_allreduce(" << algo << ") with k=" << k << ": " << m;
+      continue;
+    }
+    EXPECT_EQ(ar->name(), algo);
+    for (size_t n : kSizes) check_allreduce(*ar, group, n);  // repeated calls on one object
+  }
+  if (!skipped.empty()) GTEST_SKIP() << "ranks sharing a GPU, refused by NCCL:" << skipped;
+}
+
+TEST(CudaCollectives, NaiveExactSums) {
+  REQUIRE_GPU();
+  run_algorithm("naive");
+}
+
+TEST(CudaCollectives, RingExactSums) {
+  REQUIRE_GPU();
+  run_algorithm("ring");
+}
+
+TEST(CudaCollectives, NcclExactSums) {
+  REQUIRE_GPU();
+  run_algorithm("nccl");
+}
+
+// NCCL needs CUDA devices; a CPU rank is refused by name, not crashed on.
+TEST(CudaCollectives, NcclRefusesCpuDevices) {
+  auto cpu = make_cpu_device(0, 1);
+  CommGroup group(1, {cpu.get()});
+  EXPECT_THROW(make_nccl_allreduce(group), Error);
+}
+
+// The all-reduce result consumed on the compute stream right after compute_wait_comm(), with no
+// host synchronization in between (what the trainer does).
+TEST(CudaCollectives, ResultOrderedBeforeComputeAfterComputeWaitComm) {
+  REQUIRE_GPU();
+  const int k = std::min(2, cuda_device_count());
+  Ranks ranks(k);
+  CommGroup group(k, ranks.raw);
+  for (const char* algo : {"naive", "ring", "nccl"}) {
+    auto ar = make_allreduce(algo, group);
+    const size_t n = size_t(1) << 22;
+    std::vector<Buffer> bufs(k), outs(k);
+    for (int r = 0; r < k; ++r) {
+      bufs[r] = Buffer(group.device(r), n, "grad");
+      outs[r] = Buffer(group.device(r), n, "param");
+    }
+    on_ranks(k, [&](int r) {
+      Device& dev = group.device(r);
+      dev.fill(bufs[r].get(), 1.f, n);  // compute stream
+      dev.comm_wait_compute();
+      ar->run(r, bufs[r].get(), n);
+      dev.compute_wait_comm();
+      dev.axpy(-1.f, bufs[r].get(), outs[r].get(), n);  // out = -k everywhere
+    });
+    for (int r = 0; r < k; ++r) {
+      std::vector<float> host(n);
+      group.device(r).download(host.data(), outs[r].get(), n);
+      size_t wrong = 0;
+      for (float v : host) wrong += v != -float(k);
+      EXPECT_EQ(wrong, 0u) << algo << " rank " << r << ": out[0] " << host[0];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dpb
+#endif  // DPB_HAVE_CUDA
