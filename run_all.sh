@@ -21,7 +21,7 @@ usage: ./run_all.sh [--quick | --full] [--suite NAME]... [--devices LIST] [--out
                   default = yes: micro, d2l-lenet, d2l-resnet18, scaling, sync). `smoke` is CI's.
   --devices LIST  device counts to run, e.g. 1,2 (default 1,2,4; `--devices max` runs use the
                   largest)
-  --out DIR       results folder (default results/<UTC time>-<git commit>); an existing one is
+  --out DIR       results folder (default results/<UTC time>-<commit>[-quick]); an existing one is
                   continued: runs already in its CSVs are skipped
   --no-build      use the build as it is, even when sources are newer
   -h, --help      this text
@@ -31,7 +31,7 @@ Suites and their runs: scripts/run_suite.py list
 EOF
 }
 
-mode="" devices="1,2,4" out="" build_ok=1
+mode="" devices="1,2,4" out="" out_given=0 build_ok=1
 suites=()
 while (($#)); do
   case $1 in
@@ -44,8 +44,8 @@ while (($#)); do
                devices=$2; shift ;;
     --devices=*) devices=${1#*=} ;;
     --out) [ $# -ge 2 ] || { echo "run_all.sh: --out needs a folder" >&2; exit 2; }
-           out=$2; shift ;;
-    --out=*) out=${1#*=} ;;
+           out=$2; out_given=1; shift ;;
+    --out=*) out=${1#*=}; out_given=1 ;;
     --no-build) build_ok=0 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_all.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -65,8 +65,10 @@ step() { echo; echo "== [$(elapsed)] $*"; }
 interrupted() {
   echo
   echo "run_all.sh: interrupted after $(elapsed)."
-  [ -n "$out" ] && [ -d "$out" ] && echo "  Complete files so far are in $out (every CSV holds whole" \
-    "runs only); continue with: ./run_all.sh --out $out ${suite_list:+--suite $suite_list}"
+  if [ -n "$out" ] && [ -d "$out" ]; then
+    echo "  Complete files so far are in $out (every CSV holds whole runs only)."
+    echo "  Continue with: $INVOCATION$([ "$out_given" = 1 ] || echo " --out $out")"
+  fi
   exit 130
 }
 trap interrupted INT TERM
@@ -136,7 +138,7 @@ fi
 
 # ---- 3. microbenchmarks and suites
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo nogit)
-run_id="$(date -u +%Y%m%dT%H%M%SZ)-$commit"
+run_id="$(date -u +%Y%m%dT%H%M%SZ)-$commit$([ "$mode" = quick ] && echo -quick)"
 out=${out:-results/$run_id}
 mkdir -p "$out"
 step "microbenchmarks and suites -> $out"
@@ -173,7 +175,7 @@ python3 scripts/run_suite.py summary "$out"
 case $out in results/*) ln -sfn "$(basename "$out")" results/latest ;; esac
 echo
 echo "run_all.sh: done in $(elapsed) ($mode mode, backend $backend). Results: $out/"
-echo "  suite CSVs: $(cd "$out" && ls *.csv 2>/dev/null | grep -v '^summary' | tr '\n' ' ')"
+echo "  suite CSVs: $(cd "$out" && ls *.csv 2>/dev/null | grep -v '^summary\|^micro-' | tr '\n' ' ')"
 echo "  plots: $out/plots/   summary: $out/summary.txt   manifest: $out/manifest.json"
 ((rc == 0)) || echo "run_all.sh: some runs failed (see above and $out/manifest.json)" >&2
 exit $rc

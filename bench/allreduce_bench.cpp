@@ -5,10 +5,10 @@
 //     Per iteration every rank passes a device-ordered barrier, then times its own run(); the
 //     iteration time is the slowest rank's (host clock on the CPU, CUDA events on the comm stream).
 //     Counters (nccl-tests definitions): algbw_GBps = n / time / 1e9,
-//     busbw_GBps = algbw * 2(k-1)/k; wrong = elements off the exact sum in a check run after the
-//     timed loop on re-initialized buffers (rank r holds (r+1)*((i%5)+1): small integers, exact
-//     in float). CPU only: traffic_GBps (model below), membw_GBps (the bound) and
-//     bw_fraction = traffic_GBps / membw_GBps.
+//     busbw_GBps = algbw * 2(k-1)/k; wrong = elements off the exact sum in a check run outside
+//     the timed loop (once per benchmark, after the warm-up) on re-initialized buffers (rank r
+//     holds (r+1)*((i%5)+1): small integers, exact in float); timed iterations run on zeros.
+//     CPU only: traffic_GBps (model below), membw_GBps (the bound), bw_fraction = their ratio.
 //   membw/cpu/copy/threads:<k>
 //     k threads each memcpy 64 MiB with Device::comm_copy; membw_GBps = bytes read + written by
 //     all threads / slowest thread's time.
@@ -20,6 +20,8 @@
 //   naive: rank 0 copies the k-1 peers to staging (2(k-1)n), adds each into its buffer
 //          (3(k-1)n) and copies the result back to each (2(k-1)n): 7(k-1)n, on ONE thread, so its
 //          ceiling is membw(1 thread)/membw(k threads) of the k-thread bound used here.
+//   The ring pipelines each chunk in pieces (collectives/ring.cpp): the same bytes, but what the
+//   left neighbour stored a tick earlier is often still in cache when it is loaded.
 //   Not modelled: write-allocate reads on stores (memcpy avoids them with non-temporal stores
 //   only for large copies) and cache hits. Messages whose working set fits in the caches can
 //   exceed the DRAM bound (bw_fraction > 1 there means "cache-resident", not an error). k = 1:
@@ -58,64 +60,90 @@ long count_wrong(Device& dev, const float* buf, size_t n, int k, std::vector<flo
   return wrong;
 }
 
-void bm_allreduce(benchmark::State& st, BenchEnv& env, Backend b, const std::string& alg, int k,
-                  size_t bytes) {
-  const size_t n = bytes / sizeof(float);
-  // Declaration order matters: the rank threads are joined first, the devices released last.
+// Everything one all-reduce benchmark needs; kept across the framework's calls (BenchEnv::rig).
+// Declaration order matters: the rank threads are joined first, the devices released last.
+struct ArRig {
   std::unique_ptr<DeviceSet> ds;
   std::unique_ptr<AllReduce> ar;
   std::vector<Buffer> bufs;
   std::vector<std::unique_ptr<RankTimer>> timers;
   std::unique_ptr<RankThreads> pool;
-  double bound = 0;
-  auto one = [&](int r) {
+  size_t n = 0;
+  double bound = 0;  // CPU: membw/cpu/copy with k threads, GB/s
+  long wrong = -1;   // -1: not checked yet
+
+  // One timed all-reduce on rank r; returns this rank's seconds.
+  double one(int r) {
     ds->group->barrier(r);  // aligned start; on CUDA also orders the comm streams
     timers[r]->start();
     ar->run(r, bufs[r].get(), n);
     timers[r]->stop();
     return timers[r]->seconds();
-  };
-  const bool ok = guarded(st, [&] {
-    if (b == Backend::Cpu && k > 1) bound = env.membw_bound_gbps(k);  // before any timing
-    ds = std::make_unique<DeviceSet>(b, k, 1);
-    ar = make_allreduce(alg, *ds->group);
-    for (int r = 0; r < k; ++r) {
-      bufs.emplace_back((*ds)[r], n, "all-reduce buffer");
-      (*ds)[r].fill(bufs[r].get(), 0.0f, n);  // zeros stay zeros: no overflow while iterating
-      timers.push_back(make_rank_timer((*ds)[r], TimedStream::Comm));
-    }
-    pool = std::make_unique<RankThreads>(
-        k, [&](int r, const std::string& why) { ds->group->abort(r, why); });
-    pool->run([&](int r) { one(r); });  // warm-up: first touch, naive's staging, NCCL's first call
-  });
-  if (!ok) return;
+  }
 
-  const double total = run_timed_loop(st, *pool, one);
-  if (st.error_occurred()) return;
+  // Re-initializes every buffer to the pattern, runs one all-reduce, counts wrong elements, then
+  // zeroes the buffers again (zeros stay zeros while the timed iterations keep summing).
+  long check() {
+    const int k = ds->size();
+    std::vector<float> host;
+    for (int r = 0; r < k; ++r) fill_pattern((*ds)[r], bufs[r].get(), n, r, host);
+    pool->run([&](int r) {
+      ar->run(r, bufs[r].get(), n);
+      (*ds)[r].comm_synchronize();
+    });
+    long w = 0;
+    for (int r = 0; r < k; ++r) w += count_wrong((*ds)[r], bufs[r].get(), n, k, host);
+    for (int r = 0; r < k; ++r) (*ds)[r].fill(bufs[r].get(), 0.0f, n);
+    return w;
+  }
+};
 
-  long wrong = 0;
-  if (!guarded(st, [&] {  // outside the timed loop, on buffers with a known exact sum
-        std::vector<float> host;
-        for (int r = 0; r < k; ++r) fill_pattern((*ds)[r], bufs[r].get(), n, r, host);
-        pool->run([&](int r) {
-          ar->run(r, bufs[r].get(), n);
-          (*ds)[r].comm_synchronize();
-        });
-        for (int r = 0; r < k; ++r) wrong += count_wrong((*ds)[r], bufs[r].get(), n, k, host);
-      }))
+std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, Backend b, const std::string& alg, int k,
+                                   size_t bytes) {
+  auto g = std::make_shared<ArRig>();
+  g->n = bytes / sizeof(float);
+  if (b == Backend::Cpu && k > 1) g->bound = env.membw_bound_gbps(k);  // before any timing
+  g->ds = std::make_unique<DeviceSet>(b, k, 1);
+  g->ar = make_allreduce(alg, *g->ds->group);
+  for (int r = 0; r < k; ++r) {
+    Device& dev = (*g->ds)[r];
+    g->bufs.emplace_back(dev, g->n, "all-reduce buffer");
+    dev.fill(g->bufs[r].get(), 0.0f, g->n);
+    g->timers.push_back(make_rank_timer(dev, TimedStream::Comm));
+  }
+  ArRig* raw = g.get();
+  g->pool = std::make_unique<RankThreads>(
+      k, [raw](int r, const std::string& why) { raw->ds->group->abort(r, why); });
+  g->pool->run([raw](int r) { raw->one(r); });  // warm-up: first touch, staging, NCCL's first call
+  return g;
+}
+
+void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, Backend b,
+                  const std::string& alg, int k, size_t bytes) {
+  ArRig* g = nullptr;
+  if (!guarded(st, [&] {
+        g = &env.rig<ArRig>(name, [&] { return make_ar_rig(env, b, alg, k, bytes); });
+        if (g->wrong < 0) g->wrong = g->check();  // once per benchmark, outside any timing
+      })) {
+    env.drop_rig();
     return;
-
+  }
+  const double total = run_timed_loop(st, *g->pool, [g](int r) { return g->one(r); });
+  if (st.error_occurred()) {
+    env.drop_rig();
+    return;
+  }
   const double mean = st.iterations() > 0 ? total / double(st.iterations()) : 0.0;
   const double algbw = mean > 0 ? double(bytes) / mean / 1e9 : 0.0;
   st.counters["algbw_GBps"] = algbw;
   st.counters["busbw_GBps"] = algbw * 2.0 * (k - 1) / k;
-  st.counters["wrong"] = double(wrong);
+  st.counters["wrong"] = double(g->wrong);
   st.counters["bytes"] = double(bytes);
   if (b == Backend::Cpu) {
     const double traffic = mean > 0 ? traffic_bytes(alg, k, bytes) / mean / 1e9 : 0.0;
     st.counters["traffic_GBps"] = traffic;
-    st.counters["membw_GBps"] = bound;
-    st.counters["bw_fraction"] = bound > 0 ? traffic / bound : 0.0;
+    st.counters["membw_GBps"] = g->bound;
+    st.counters["bw_fraction"] = g->bound > 0 ? traffic / g->bound : 0.0;
   }
 }
 
@@ -182,8 +210,8 @@ void register_allreduce(BenchEnv& env, Backend b) {
         const std::string name = std::string("allreduce/") + backend_name(b) + "/" + alg + "/" +
                                  ranks_label(b, k) + "/bytes:" + std::to_string(bytes);
         benchmark::RegisterBenchmark(name.c_str(),
-                                     [&env, b, alg, k, bytes](benchmark::State& st) {
-                                       bm_allreduce(st, env, b, alg, k, bytes);
+                                     [&env, name, b, alg, k, bytes](benchmark::State& st) {
+                                       bm_allreduce(st, env, name, b, alg, k, bytes);
                                      })
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);

@@ -60,8 +60,29 @@ class BenchEnv {
   // The first n training images (Fashion-MNIST when the directory exists, else random pixels).
   const HostBatch& batch(int n);
 
+  // The framework calls a benchmark's function once per trial while it sizes the iteration count
+  // (and once per repetition). The expensive setup (devices, buffers, rank threads, warm-up, the
+  // correctness check) is kept here between those calls, for one benchmark at a time: a call with
+  // another name frees the previous setup before making the new one. Called from the
+  // framework's thread only.
+  template <class T>
+  T& rig(const std::string& name, const std::function<std::shared_ptr<T>()>& make) {
+    if (rig_name_ != name || !rig_) {
+      drop_rig();
+      rig_ = make();
+      rig_name_ = name;
+    }
+    return *static_cast<T*>(rig_.get());
+  }
+  void drop_rig() {  // after a failure: the next call builds a fresh setup
+    rig_.reset();
+    rig_name_.clear();
+  }
+
  private:
   BenchConfig cfg_;
+  std::shared_ptr<void> rig_;
+  std::string rig_name_;
   std::mutex mu_;
   std::map<int, double> membw_;
   std::map<int, HostBatch> batches_;
@@ -89,7 +110,13 @@ class RankThreads {
 
   const int k_;
   OnError on_error_;
-  HostBarrier barrier_;
+  // align(): a plain blocking barrier of our own (mutex + condition variable), abortable.
+  std::mutex bar_mu_;
+  std::condition_variable bar_cv_;
+  int bar_count_ = 0;
+  uint64_t bar_gen_ = 0;
+  bool bar_aborted_ = false;
+  void abort_barrier();
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   uint64_t gen_ = 0;

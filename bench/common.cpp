@@ -13,10 +13,7 @@ namespace dpb::bench {
 
 // ---------------------------------------------------------------- RankThreads
 
-// The pool's barrier blocks at once (no spinning): it only aligns the starts of intervals that
-// each rank times itself, so wake-up latency is outside every measurement.
-RankThreads::RankThreads(int k, OnError on_error)
-    : k_(k), on_error_(std::move(on_error)), barrier_(k, 0) {
+RankThreads::RankThreads(int k, OnError on_error) : k_(k), on_error_(std::move(on_error)) {
   DPB_CHECK(k >= 1, "RankThreads: need at least one rank, got " << k);
   for (int r = 0; r < k; ++r) threads_.emplace_back([this, r] { loop(r); });
 }
@@ -47,11 +44,11 @@ void RankThreads::loop(int rank) {
     } catch (const std::exception& e) {
       err = std::current_exception();
       if (on_error_) on_error_(rank, e.what());
-      barrier_.abort();
+      abort_barrier();
     } catch (...) {
       err = std::current_exception();
       if (on_error_) on_error_(rank, "unknown exception");
-      barrier_.abort();
+      abort_barrier();
     }
     std::lock_guard<std::mutex> lk(mu_);
     if (err && !error_) error_ = err;
@@ -71,9 +68,26 @@ void RankThreads::run(const std::function<void(int)>& fn) {
   if (error_) std::rethrow_exception(error_);
 }
 
+// Blocks at once (no spinning): it only aligns the starts of intervals that each rank times
+// itself, so the wake-up latency is outside every measurement.
 void RankThreads::align(int rank) {
-  if (k_ > 1 && !barrier_.arrive_and_wait())
+  std::unique_lock<std::mutex> lk(bar_mu_);
+  if (!bar_aborted_ && ++bar_count_ == k_) {
+    bar_count_ = 0;
+    ++bar_gen_;
+    bar_cv_.notify_all();
+  } else if (!bar_aborted_) {
+    const uint64_t g = bar_gen_;
+    bar_cv_.wait(lk, [&] { return bar_gen_ != g || bar_aborted_; });
+  }
+  if (bar_aborted_)
     throw Error("rank " + std::to_string(rank) + ": aborted because another rank failed");
+}
+
+void RankThreads::abort_barrier() {
+  std::lock_guard<std::mutex> lk(bar_mu_);
+  bar_aborted_ = true;
+  bar_cv_.notify_all();
 }
 
 // ---------------------------------------------------------------- timers, devices

@@ -4,10 +4,8 @@
 // cuda/nccl_allreduce.cu. Tested by tests/test_allreduce.cpp.
 #include "collectives/allreduce.h"
 
-#include <chrono>
 #include <cstdio>
 #include <exception>
-#include <thread>
 
 #include "src/core/check.h"
 #include "src/core/nvtx.h"
@@ -15,16 +13,6 @@
 namespace dpb {
 
 // ---------------------------------------------------------------- HostBarrier
-
-static inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
-
-HostBarrier::HostBarrier(int k, double spin_us) : k_(k), spin_us_(spin_us) {}
 
 bool HostBarrier::arrive_and_wait() {
   if (aborted_.load()) return false;
@@ -35,15 +23,6 @@ bool HostBarrier::arrive_and_wait() {
     gen_.fetch_add(1, std::memory_order_release);
     gen_.notify_all();
     return !aborted_.load();
-  }
-  if (spin_us_ > 0) {  // bounded by time: a pause instruction takes 10 to 150 cycles
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::nanoseconds(int64_t(spin_us_ * 1e3));
-    for (int i = 1;; ++i) {
-      if (gen_.load(std::memory_order_acquire) != g) return !aborted_.load();
-      cpu_relax();
-      if (i % 32 == 0 && std::chrono::steady_clock::now() > until) break;
-    }
   }
   while (gen_.load(std::memory_order_acquire) == g && !aborted_.load()) gen_.wait(g);
   return !aborted_.load();
@@ -57,14 +36,6 @@ void HostBarrier::abort() {
 
 // ---------------------------------------------------------------- CommGroup
 
-// Spinning only pays when every rank has a core to itself; oversubscribed, it steals the core
-// the awaited thread needs, so then the barrier blocks at once. A futex wake-up costs a few to
-// tens of microseconds, so spinning longer than that buys nothing.
-static double spin_us(int k) {
-  unsigned cores = std::thread::hardware_concurrency();
-  return (cores == 0 || unsigned(k) > cores) ? 0.0 : 20.0;
-}
-
 static bool needs_events(const std::vector<Device*>& devs) {
   for (Device* d : devs)
     if (d->kind() != BackendKind::Cpu) return true;
@@ -73,11 +44,12 @@ static bool needs_events(const std::vector<Device*>& devs) {
 
 CommGroup::CommGroup(int k, std::vector<Device*> devices)
     : k_(k), devs_(std::move(devices)), ptrs_(size_t(k > 0 ? k : 0), nullptr),
-      ordered_(false), host_barrier_(k, spin_us(k)) {
+      ordered_(false), host_barrier_(k) {
   DPB_CHECK(k >= 1, "CommGroup: need at least one rank, got " << k);
   DPB_CHECK(devs_.size() == size_t(k),
             "CommGroup: " << k << " ranks but " << devs_.size() << " devices");
-  for (int r = 0; r < k; ++r) DPB_CHECK(devs_[r] != nullptr, "CommGroup: device of rank " << r << " is null");
+  for (int r = 0; r < k; ++r)
+    DPB_CHECK(devs_[r] != nullptr, "CommGroup: device of rank " << r << " is null");
   for (int r = 1; r < k; ++r)
     DPB_CHECK(devs_[r]->kind() == devs_[0]->kind(),
               "CommGroup: ranks 0 and " << r << " are on different backends (" << devs_[0]->name()

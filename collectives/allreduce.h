@@ -31,18 +31,17 @@
 
 namespace dpb {
 
-// k-thread barrier that spins for up to spin_us microseconds (worth it only when the k threads
-// have a core each) and then blocks on a futex (std::atomic::wait). abort() wakes every waiter;
-// arrive_and_wait() then returns false.
+// k-thread barrier blocking on std::atomic::wait (libstdc++ spins briefly, then sleeps on a
+// futex; a longer spin of our own measured slower on a loaded 2-core machine). Unlike
+// std::barrier it can be aborted: abort() wakes every waiter; arrive_and_wait() then returns false.
 class HostBarrier {
  public:
-  HostBarrier(int k, double spin_us);
+  explicit HostBarrier(int k) : k_(k) {}
   bool arrive_and_wait();
   void abort();
 
  private:
   const int k_;
-  const double spin_us_;
   alignas(64) std::atomic<int> count_{0};
   alignas(64) std::atomic<uint32_t> gen_{0};
   std::atomic<bool> aborted_{false};

@@ -121,7 +121,8 @@ void GradSync::grad_ready(int param) {
   DPB_CHECK(param >= 0 && size_t(param) < unit_of_param_.size(),
             "rank " << rank_ << ": grad_ready(" << param << ") but the model has "
                     << unit_of_param_.size() << " parameters");
-  DPB_CHECK(!ready_[param], "rank " << rank_ << ": grad_ready(" << param << ") called twice in one step");
+  DPB_CHECK(!ready_[param],
+            "rank " << rank_ << ": grad_ready(" << param << ") called twice in one step");
   ready_[param] = 1;
   --pending_[unit_of_param_[param]];
   if (!cfg_.overlap) return;
@@ -130,9 +131,12 @@ void GradSync::grad_ready(int param) {
 }
 
 void GradSync::launch(int unit) {
+  // Mark the compute stream now, on the backward thread: the comm stream waits for exactly the
+  // work that produced this unit's gradients, not for backward layers issued after it.
+  const int mark = dev_.compute_mark();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    queue_.push_back(unit);
+    queue_.emplace_back(unit, mark);
   }
   cv_.notify_one();
 }
@@ -155,14 +159,15 @@ void GradSync::comm_loop() {
   for (;;) {
     cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
     if (stop_) return;
-    const int u = queue_.front();
+    const auto [u, mark] = queue_.front();
     queue_.pop_front();
     if (!error_) {  // after a failure, later units are dropped (the group is aborted)
       lk.unlock();
       std::exception_ptr err;
-      const auto t0 = Clock::now();
+      auto t0 = Clock::now();
       try {
-        dev_.comm_wait_compute();
+        dev_.comm_wait_mark(mark);
+        t0 = Clock::now();
         run_unit(u);
       } catch (...) {
         err = std::current_exception();

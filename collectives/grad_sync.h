@@ -5,11 +5,13 @@
 //   per-param: one all-reduce per parameter tensor (d2l's loop over the parameter list);
 //   fused:     one all-reduce over the whole flat buffer;
 //   bucketed:  parameters grouped in reverse order (the order backward produces them, as PyTorch
-//              DDP does) into contiguous buckets of at most bucket_bytes (a parameter larger than
-//              the cap gets a bucket of its own).
+//              DDP does) into contiguous buckets of at most bucket_mb * 1e6 bytes (a parameter
+//              larger than the cap gets a bucket of its own).
 // Overlap: when on, each unit (parameter or bucket) is handed to the rank's communication thread
 // as soon as backward has produced all of its gradients, so communication runs while backward
-// goes on; when off, all units are reduced after backward, on the calling thread.
+// goes on; when off, all units are reduced after backward, on the calling thread. The comm thread
+// calls dev.comm_wait_compute() before each unit: on CUDA that orders the unit after all compute
+// issued by then, which may be more than the unit needs (the host runs ahead of the GPU).
 // Units are always launched in plan order (a unit whose gradients are ready waits for the units
 // before it), so every rank makes the same sequence of collective calls.
 // Errors: an exception in the communication thread aborts the collective (so peers do not hang)
@@ -23,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "collectives/allreduce.h"
@@ -76,7 +79,7 @@ class GradSync {
  private:
   void arm();              // reset per-step state
   void launch(int unit);   // overlap: enqueue for the comm thread
-  void run_unit(int unit); // perform the collective for a unit (times it; aborts on failure)
+  void run_unit(int unit); // perform the collective for a unit (aborts the group on failure)
   void comm_loop();
 
   GradSyncConfig cfg_;
@@ -95,7 +98,7 @@ class GradSync {
   std::mutex mu_;
   std::condition_variable cv_;       // work for the comm thread, or stop
   std::condition_variable done_cv_;  // a unit finished
-  std::deque<int> queue_;
+  std::deque<std::pair<int, int>> queue_;  // (unit, compute mark taken when it became ready)
   int done_ = 0;  // units finished (or dropped after an error) this step
   bool stop_ = false;
   std::exception_ptr error_;

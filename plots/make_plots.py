@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import run_suite as rs  # noqa: E402  (suite files, CSV and benchmark readers, summary rows)
 
 MODEL_NAME = {"lenet": "LeNet", "resnet18": "ResNet-18"}
+GRAD_BYTES = {516272: "LeNet gradients", 44703272: "ResNet-18 gradients"}  # dpbench-micro's sizes
 SPEED_KEYS = ("model", "devices", "global_batch", "allreduce", "grad_sync", "overlap", "bucket_mb")
 plt.rcParams.update({"figure.constrained_layout.use": True, "figure.dpi": 110,
                      "savefig.dpi": 110, "font.size": 9,
@@ -180,12 +181,14 @@ class Plotter:
             groups.setdefault(key, []).append(eps)
         if not groups:
             raise Skip("no runs")
-        varying = [i for i, k in enumerate(SPEED_KEYS)
-                   if k != "model" and len({g[i] for g in groups}) > 1]
+        def varying(model):  # the settings that differ between this model's bars
+            keys = [g for g in groups if g[0] == model]
+            return [i for i, k in enumerate(SPEED_KEYS)
+                    if k != "model" and len({g[i] for g in keys}) > 1]
 
         def label(key):
             parts = []
-            for i in varying:
+            for i in varying(key[0]):
                 k, v = SPEED_KEYS[i], key[i]
                 if k == "devices":
                     parts.append(f"k={int(v)}")
@@ -224,7 +227,7 @@ class Plotter:
             ax.set_yticks(range(len(keys)))
             ax.set_yticklabels([label(k) for k in keys])
             ax.invert_yaxis()
-            ax.set_xlabel("seconds per epoch (median of epochs after the first)")
+            ax.set_xlabel("s per epoch (median over epochs 2..n)")
             ax.set_title(MODEL_NAME.get(m, m))
             ax.margins(x=0.15)
         handles, labels = axes[0][0].get_legend_handles_labels()
@@ -336,6 +339,10 @@ class Plotter:
                     ax.plot(xs, [statistics.median(line[x]) for x in xs], marker="o", ms=3,
                             color=f"C{a_i}", ls=styles[r_i % len(styles)],
                             label=f"{alg}, {ranks} ranks")
+            for size in sorted({b["bytes"] for b in pts if b["bytes"] & (b["bytes"] - 1)}):
+                ax.axvline(size, color="0.4", ls=":", lw=0.8)  # not a power of two: a model's
+                ax.text(size, 1.0, " " + GRAD_BYTES.get(size, "model gradients"), rotation=90,
+                        va="top", ha="right", fontsize=7, transform=ax.get_xaxis_transform())
             ax.set_xscale("log", base=2)
             ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
                 lambda v, _: next((f"{v / 2**p:g} {u}" for p, u in ((30, "GiB"), (20, "MiB"),
@@ -345,10 +352,10 @@ class Plotter:
             ax.set_ylabel("bus bandwidth (GB/s)")
             ax.set_title(f"all-reduce, backend {be}")
             ax.legend()
-        wrong = sum(b.get("wrong", 0) for b in pts)
+        wrong = sorted({f"{b.get('alg')} {b.get('ranks')} ranks" for b in pts if b.get("wrong")})
         self.title(fig, "All-reduce bus bandwidth vs message size", [],
-                   "busbw = algbw x 2(k-1)/k" + (f"; WARNING: {wrong:g} wrong results"
-                                                 if wrong else ""))
+                   "busbw = algbw x 2(k-1)/k; dotted: the models' gradient sizes" +
+                   (f"\nWARNING: wrong results from {', '.join(wrong)}" if wrong else ""))
         self.save(fig, "micro_busbw")
 
     def time_to_accuracy(self):

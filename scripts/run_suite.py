@@ -28,6 +28,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 
@@ -128,7 +129,7 @@ def arg_value(args, flag, default=None):
 
 def expand_runs(suite, quick, backend, devices, extra=()):
     """The runs of a suite for a mode: quick overrides applied, `--devices max` resolved, runs whose
-    device count is not in `devices` left out. Returns (runs, notes)."""
+    device count is not in `devices` left out. Returns (runs, [(suite, run, why left out)])."""
     runs, notes = [], []
     table = dict(suite.runs)
     if backend == "cuda":
@@ -143,13 +144,13 @@ def expand_runs(suite, quick, backend, devices, extra=()):
                     else:
                         args = merge_args(args, over)
             if skip:
-                notes.append(f"{suite.name}/{name}: full mode only")
+                notes.append((suite.name, name, "full mode only"))
                 continue
         dev = arg_value(args, "--devices", "1")
         if dev == "max":
             args = merge_args(args, ["--devices", str(max(devices))])
         elif int(dev) not in devices:
-            notes.append(f"{suite.name}/{name}: {dev} devices not in --devices")
+            notes.append((suite.name, name, "device count not in --devices"))
             continue
         runs.append(Run(suite.name, name, merge_args(args, list(extra))))
     return runs, notes
@@ -355,10 +356,30 @@ def fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
 
-def summary_text(out_dir):
-    rows = summarize(out_dir)
-    if not rows:
-        return "no training results in " + out_dir + "\n"
+def micro_summary(out_dir):
+    """Lines on all-reduce bus bandwidth at the largest message of each rank count."""
+    lines = []
+    for f in sorted(os.listdir(out_dir)):
+        if not (f.startswith("micro-") and f.endswith(".json")):
+            continue
+        try:
+            rows = [r for r in read_micro(os.path.join(out_dir, f))[0]
+                    if r.get("family") == "allreduce" and r.get("busbw_GBps") is not None]
+        except ValueError:
+            continue
+        for key in sorted({(r.get("backend"), r.get("ranks")) for r in rows}, key=str):
+            at = [r for r in rows if (r.get("backend"), r.get("ranks")) == key]
+            big = max(r.get("bytes", 0) for r in at)
+            bw = ", ".join(f"{r.get('alg')} {r['busbw_GBps']:.2f}"
+                           for r in sorted(at, key=lambda r: str(r.get("alg")))
+                           if r.get("bytes") == big)
+            wrong = sum(r.get("wrong", 0) or 0 for r in at)
+            lines.append(f"  {f}: {key[0]}, {key[1]} ranks, {big / 2**20:g} MiB: busbw GB/s "
+                         f"{bw}" + (f"; WRONG results in {wrong:.0f} elements" if wrong else ""))
+    return lines
+
+
+def summary_text(out_dir, rows):
     manifest = {}
     mpath = os.path.join(out_dir, "manifest.json")
     if os.path.exists(mpath):
@@ -367,13 +388,20 @@ def summary_text(out_dir):
     lines = []
     head = f"Summary of {out_dir}"
     if manifest:
-        head += f" ({manifest.get('machine', {}).get('label', '?')}, mode {manifest.get('mode')})"
+        head += (f" ({manifest.get('machine', {}).get('label', '?')}, backend "
+                 f"{manifest.get('backend')}, {manifest.get('mode', '?').upper()} mode)")
     lines.append(head)
     if any(r["quick"] for r in rows):
         lines.append("QUICK: data subsets and fewer epochs; accuracies are not comparable with full "
-                     "runs. Epoch time is the median of epochs after the first.")
+                     "runs.")
     if any(r["shared_gpu"] for r in rows):
         lines.append("SHARED GPU (*): ranks share one GPU; those times are not scaling figures.")
+    micro = micro_summary(out_dir)
+    if micro:
+        lines += ["", "== micro: all-reduce at the largest message"] + micro
+    if not rows:
+        lines.append("no training results in " + out_dir)
+        return "\n".join(lines) + "\n"
     cols = ("scenario", "k", "batch", "lr", "sync", "data", "epoch s", "speedup", "eff",
             "final acc", "best acc", "t->target")
     for suite in dict.fromkeys(r["suite"] for r in rows):
@@ -400,15 +428,17 @@ def summary_text(out_dir):
             if i == 0:
                 lines.append("  ".join("-" * w for w in widths))
     lines.append("")
-    lines.append("k: devices; data: train/test examples x epochs; speedup: 1-device epoch time of "
-                 "the same model (same global batch where run) / this epoch time; eff: speedup / "
-                 "k; t->target: training seconds until the test accuracy first reached the target.")
+    lines += textwrap.wrap(
+        "k: devices; data: train/test examples x epochs; epoch s: median of the epochs after the "
+        "first; speedup: 1-device epoch time of the same model (same global batch where run) / "
+        "this epoch time; eff: speedup / k; t->target: training seconds until the test accuracy "
+        "first reached the target.", 100)
     return "\n".join(lines) + "\n"
 
 
 def write_summary(out_dir):
-    text = summary_text(out_dir)
     rows = summarize(out_dir)
+    text = summary_text(out_dir, rows)
     write_atomic(os.path.join(out_dir, "summary.txt"), text)
     if rows:
         buf = io.StringIO()
@@ -574,7 +604,8 @@ class Runner:
             print("      " + " ".join(shlex.quote(c) for c in cmd))
             return
         log = os.path.join(self.out, "logs", suite.name, "micro.log")
-        rc, wall, tail = self.execute(cmd, log, lambda l: True)
+        rc, wall, tail = self.execute(cmd, log, lambda l: l.startswith(
+            ("allreduce/", "gradsync/", "overlap/", "membw/", "dpbench-micro:")) or "rror" in l)
         entry = {"suite": suite.name, "scenario": "micro", "cmd": cmd, "rc": rc,
                  "wall_s": round(wall, 2), "log": os.path.relpath(log, self.out),
                  "started_utc": utc(time.time() - wall)}
@@ -652,13 +683,18 @@ class Runner:
             runs, n = expand_runs(s, a.quick, a.backend, a.devices, shlex.split(a.set or ""))
             plan += [("train", r) for r in runs]
             notes += n
-        for note in notes:
-            print(f"  note: {note}")
+        grouped = {}
+        for suite, name, why in notes:
+            grouped.setdefault((suite, why), []).append(name)
+        for (suite, why), names in grouped.items():
+            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            print(f"  note: {suite}: {len(names)} run(s) left out, {why}: {shown}")
         total = len(plan)
         print(f"run_suite: {total} steps ({'quick' if a.quick else 'full'} mode, backend "
               f"{a.backend}, devices {','.join(map(str, a.devices))}) -> {self.out}", flush=True)
         os.makedirs(self.out, exist_ok=True)
         self.save()
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # like Ctrl-C: stop cleanly
         try:
             for n, (kind, item) in enumerate(plan, 1):
                 if kind == "micro":
@@ -673,6 +709,10 @@ class Runner:
                   f"{self.out} (suite CSVs hold every finished run); continue with --out "
                   f"{self.out}", flush=True)
             return 130
+        try:
+            os.rmdir(os.path.join(self.out, ".tmp"))  # only when empty
+        except OSError:
+            pass
         self.manifest["status"] = "failed" if self.failures else "complete"
         self.manifest["finished_utc"] = utc()
         self.manifest["wall_s"] = round(time.time() - self.t0, 1)

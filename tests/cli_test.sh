@@ -28,8 +28,10 @@ expect_fail "--grad-sync" train --grad-sync sometimes
 expect_fail "--allreduce nccl" train --backend cpu --allreduce nccl --train-limit 100 --test-limit 10
 expect_fail "does not exist" train --data-dir /nonexistent/dpbench-data
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-printf 'garbage' > "$tmp/train-images-idx3-ubyte"
-expect_fail "train-images-idx3-ubyte" train --data-dir "$tmp"
+mkdir "$tmp/bad"
+[ -d /usr/share/datasets/fashion-mnist ] && cp /usr/share/datasets/fashion-mnist/*.gz "$tmp/bad/"
+printf 'garbage' > "$tmp/bad/train-images-idx3-ubyte.gz"
+expect_fail "train-images-idx3-ubyte" train --data-dir "$tmp/bad"
 # A valid tiny run writes a complete CSV with one header and leaves no temporary files behind.
 if [ -d /usr/share/datasets/fashion-mnist ]; then
   "$BIN" train --devices 2 --batch 32 --epochs 1 --train-limit 256 --test-limit 64 --quiet \

@@ -80,6 +80,24 @@ TEST(AllReduce, ExactSumsEveryRankEveryElement) {
   }
 }
 
+TEST(AllReduce, PipelinedRingExactSums) {
+  // Force the pipelined schedule (which the CPU default uses only above 8 MB) at small sizes,
+  // including pieces of one float and chunks shorter than the piece count.
+  for (int k : {2, 3, 4, 8}) {
+    Ranks ranks(k);
+    CommGroup group(k, ranks.raw);
+    for (size_t piece : {size_t(1), size_t(3), size_t(1000)}) {
+      auto ar = make_ring_allreduce(group, piece);
+      for (size_t n : {size_t(1), size_t(k + 1), size_t(1000), size_t(10007)})
+        check_allreduce(*ar, group, n, 2);
+    }
+  }
+  // The CPU default: large enough to pipeline (k * n * 4 bytes above 8 MB).
+  Ranks ranks(3);
+  CommGroup group(3, ranks.raw);
+  check_allreduce(*make_allreduce("ring", group), group, 3000001, 1);
+}
+
 TEST(AllReduce, ChunksCoverTheBuffer) {
   for (int k : {1, 2, 3, 8})
     for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(1001)}) {
@@ -176,7 +194,8 @@ class RecordingDevice final : public Device {
   void load_images(float* d, const uint8_t* h, size_t n) override { in_->load_images(d, h, n); }
   void load_labels(float* d, const uint8_t* h, size_t n) override { in_->load_labels(d, h, n); }
   void synchronize() override {}
-  void conv2d_forward(const ConvShape&, const float*, const float*, const float*, float*) override {}
+  void conv2d_forward(const ConvShape&, const float*, const float*, const float*,
+                      float*) override {}
   void conv2d_backward(const ConvShape&, const float*, const float*, const float*, float*, float*,
                        float*) override {}
   void avgpool_forward(const PoolShape&, const float*, float*) override {}
@@ -234,6 +253,8 @@ TEST(CommGroup, EventHandshakeWhenDevicesAreNotCpu) {
       auto ar = make_allreduce(algo, group);
       for (size_t n : {size_t(1), size_t(k + 1), size_t(100003)}) check_allreduce(*ar, group, n, 2);
     }
+    auto pipelined = make_ring_allreduce(group, 7);
+    for (size_t n : {size_t(1), size_t(100)}) check_allreduce(*pipelined, group, n, 2);
     EXPECT_EQ(sh.violations.load(), 0) << "k=" << k;
     EXPECT_GT(sh.waits.load(), 0);
 #ifndef DPB_HAVE_CUDA

@@ -85,13 +85,17 @@ TEST(Train, ParametersActuallyChange) {
 TEST(Train, ShortRunLearns) {
   if (!have_data()) GTEST_SKIP() << "Fashion-MNIST not installed";
   Dataset d = load_fashion_mnist(resolve_data_dir(""), 12000, 2000);
+  // Not the seeds' recipe: with lr 0.2 and N(0, 0.01) weights LeNet sits at chance for about an
+  // epoch of the full set before it takes off (PyTorch's peer does the same). A smaller batch and
+  // a larger lr learn within one epoch of 12k examples.
   TrainConfig c = small(2, "ring", SyncMode::Bucketed, true);
-  c.batch = 64;
-  c.epochs = 2;
+  c.batch = 32;
+  c.lr = 0.5;
+  c.epochs = 1;
   c.threads = 0;
   auto res = train(c, d);
   EXPECT_GT(res.epochs.back().test_acc, 0.5) << "chance is 0.1";
-  EXPECT_LT(res.epochs.back().train_loss, res.epochs.front().train_loss + 1e-9);
+  EXPECT_LT(res.epochs.back().train_loss, 2.0) << "chance is ln 10 = 2.303";
 }
 
 TEST(Train, RejectsBadConfig) {

@@ -12,8 +12,7 @@ namespace dpb {
 
 void CpuDevice::batchnorm_forward_train(const BnShape& s, const float* x, const float* gamma,
                                         const float* beta, float* y, float* running_mean,
-                                        float* running_var, float* save_mean,
-                                        float* save_invstd) {
+                                        float* running_var, float* save_mean, float* save_invstd) {
   enter();
   const size_t hw = size_t(s.hw), stride = size_t(s.c) * hw, m = size_t(s.n) * hw;
   if (m == 0) return;
@@ -105,8 +104,7 @@ void CpuDevice::batchnorm_backward(const BnShape& s, const float* x, const float
       const float* gp = dy + i * stride + ch * hw;
       float* dp = dx + i * stride + ch * hw;
 #pragma omp simd
-      for (size_t j = 0; j < hw; ++j)
-        dp[j] = k * (gp[j] - mdy - (xp[j] - mean) * invstd * mdyx);
+      for (size_t j = 0; j < hw; ++j) dp[j] = k * (gp[j] - mdy - (xp[j] - mean) * invstd * mdyx);
     }
   }
 }

@@ -122,8 +122,8 @@ void CpuDevice::conv2d_forward(const ConvShape& s, const float* x, const float* 
   }
 }
 
-void CpuDevice::conv2d_backward(const ConvShape& s, const float* x, const float* w,
-                                const float* dy, float* dx, float* dw, float* db) {
+void CpuDevice::conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
+                                float* dx, float* dw, float* db) {
   enter();
   DPB_CHECK(x && w && dy && dw && db,
             "cpu:" << rank_ << ": conv2d_backward " << s << ": null buffer");

@@ -1,6 +1,7 @@
 // cpu_device.cpp: CpuDevice construction, memory ops (64-byte aligned, zero-filled buffers in host
 // memory), data loading, communication ops (stateless single-threaded loops, safe to run on a comm
-// thread beside compute ops) and the make_cpu_device factory. Compute ops live in the sibling files.
+// thread beside compute ops) and the make_cpu_device factory. Compute ops live in the sibling
+// files.
 #include "kernels/cpu/cpu_device.h"
 
 #include <omp.h>
@@ -19,8 +20,8 @@ std::ostream& operator<<(std::ostream& os, const ConvShape& s) {
             << " r=" << s.r << " s=" << s.s << " pad=" << s.pad << " stride=" << s.stride << ")";
 }
 std::ostream& operator<<(std::ostream& os, const PoolShape& s) {
-  return os << "pool(n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w
-            << " win=" << s.win << " stride=" << s.stride << ")";
+  return os << "pool(n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w << " win=" << s.win
+            << " stride=" << s.stride << ")";
 }
 std::ostream& operator<<(std::ostream& os, const BnShape& s) {
   return os << "bn(n=" << s.n << " c=" << s.c << " hw=" << s.hw << ")";
@@ -68,9 +69,9 @@ void CpuDevice::enter() const {
 // ---- memory ----
 
 float* CpuDevice::alloc(size_t n, const char* what) {
-  DPB_CHECK(n <= SIZE_MAX / sizeof(float) - 64,
-            "cpu:" << rank_ << ": allocation of " << (what ? what : "?") << " too large (" << n
-                   << " floats)");
+  DPB_CHECK(n <= SIZE_MAX / sizeof(float) - 64, "cpu:" << rank_ << ": allocation of "
+                                                       << (what ? what : "?") << " too large (" << n
+                                                       << " floats)");
   size_t bytes = (n * sizeof(float) + 63) / 64 * 64;  // aligned_alloc wants a multiple of 64
   if (bytes == 0) bytes = 64;                         // distinct non-null pointer for n == 0
   void* p = std::aligned_alloc(64, bytes);

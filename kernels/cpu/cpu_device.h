@@ -15,12 +15,11 @@
 // plain single-threaded loops with no state, so a communication thread may run them concurrently
 // with compute ops. The device has no globals: devices on different threads are independent.
 #pragma once
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <array>
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -68,7 +67,8 @@ struct ConvOperand {
   ConvSlot slot = kSlotX;
 };
 
-// Cached oneDNN state for one convolution shape; each direction is created on first use.
+// Cached oneDNN state for one convolution shape: forward and backward-weights are created with
+// the entry, backward-data on first use (the first layer never needs it).
 struct ConvPrims {
   dnnl::memory::desc x_md, w_md, b_md, y_md;  // user layouts: nchw, oihw, x, nchw
   std::optional<dnnl::convolution_forward::primitive_desc> fwd_pd;
@@ -124,9 +124,8 @@ class CpuDevice final : public Device {
   void softmax_xent(int n, int classes, const float* logits, const float* labels, float scale,
                     float* dlogits, float* stats) override;
   void batchnorm_forward_train(const BnShape& s, const float* x, const float* gamma,
-                               const float* beta, float* y, float* running_mean,
-                               float* running_var, float* save_mean,
-                               float* save_invstd) override;
+                               const float* beta, float* y, float* running_mean, float* running_var,
+                               float* save_mean, float* save_invstd) override;
   void batchnorm_forward_infer(const BnShape& s, const float* x, const float* gamma,
                                const float* beta, const float* running_mean,
                                const float* running_var, float* y) override;

@@ -11,8 +11,8 @@ namespace dpb {
 namespace {
 
 void sgemm(const char* op, int n, int in, int out, char ta, char tb, dnnl_dim_t m, dnnl_dim_t nn,
-           dnnl_dim_t k, const float* a, dnnl_dim_t lda, const float* b, dnnl_dim_t ldb,
-           float beta, float* c, dnnl_dim_t ldc) {
+           dnnl_dim_t k, const float* a, dnnl_dim_t lda, const float* b, dnnl_dim_t ldb, float beta,
+           float* c, dnnl_dim_t ldc) {
   dnnl_status_t st = dnnl_sgemm(ta, tb, m, nn, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
   DPB_CHECK(st == dnnl_success, op << "(n=" << n << " in=" << in << " out=" << out
                                    << "): dnnl_sgemm failed with status " << int(st));

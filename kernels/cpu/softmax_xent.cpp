@@ -29,7 +29,10 @@ void CpuDevice::softmax_xent(int n, int classes, const float* logits, const floa
     int arg = 0;
     float mx = z[0];
     for (int j = 1; j < classes; ++j)
-      if (z[j] > mx) { mx = z[j]; arg = j; }
+      if (z[j] > mx) {
+        mx = z[j];
+        arg = j;
+      }
     float sum = 0.0f;
     for (int j = 0; j < classes; ++j) sum += std::exp(z[j] - mx);
     const float lse = std::log(sum);

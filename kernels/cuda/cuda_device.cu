@@ -72,6 +72,7 @@ CudaDevice::CudaDevice(int rank, int gpu, bool tf32) : rank_(rank), gpu_(gpu), t
     CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
     for (cudaEvent_t* ev : {&ev_compute_, &ev_comm_, &ev_peer_, &ev_staged_})
       CUDA_CHECK(cudaEventCreateWithFlags(ev, cudaEventDisableTiming));
+    for (cudaEvent_t& ev : marks_) CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, compute_));
     // dense_cublas.cu passes the compute type (32F or 32F_FAST_TF32) to every GEMM; the handle's
@@ -97,6 +98,8 @@ void CudaDevice::teardown() noexcept {
   if (cublas_) cublasDestroy(cublas_);
   for (cudaEvent_t ev : {ev_compute_, ev_comm_, ev_peer_, ev_staged_})
     if (ev) (void)cudaEventDestroy(ev);
+  for (cudaEvent_t& ev : marks_)
+    if (ev) (void)cudaEventDestroy(ev), ev = nullptr;
   for (void* p : {static_cast<void*>(ws_), static_cast<void*>(staged_),
                   static_cast<void*>(scratch_)})
     if (p) (void)cudaFree(p);
@@ -284,6 +287,19 @@ void CudaDevice::comm_wait_compute() {
   bind();
   CUDA_CHECK(cudaEventRecord(ev_compute_, compute_));
   CUDA_CHECK(cudaStreamWaitEvent(comm_, ev_compute_, 0));
+}
+
+int CudaDevice::compute_mark() {
+  bind();
+  const int token = next_mark_.fetch_add(1) % kMarks;
+  CUDA_CHECK(cudaEventRecord(marks_[token], compute_));
+  return token;
+}
+
+void CudaDevice::comm_wait_mark(int token) {
+  if (token < 0 || token >= kMarks) return comm_wait_compute();
+  bind();
+  CUDA_CHECK(cudaStreamWaitEvent(comm_, marks_[token], 0));
 }
 
 void CudaDevice::compute_wait_comm() {

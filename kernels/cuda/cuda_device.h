@@ -11,6 +11,7 @@
 // The method bodies are split by op family: cuda_device.cu (memory, streams, events, comm),
 // conv_cudnn.cu, dense_cublas.cu, pool.cu, batchnorm_cudnn.cu, softmax_xent.cu, elementwise.cu.
 #pragma once
+#include <atomic>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -104,6 +105,8 @@ class CudaDevice final : public Device {
   void comm_copy(float* dst, const float* src, size_t n) override;
   void comm_reduce(float* dst, const float* src, size_t n) override;
   void comm_wait_compute() override;
+  int compute_mark() override;
+  void comm_wait_mark(int token) override;
   void compute_wait_comm() override;
   void comm_record() override;
   void comm_wait_peer(Device& peer) override;
@@ -127,6 +130,9 @@ class CudaDevice final : public Device {
   std::string name_;
   std::vector<bool> peer_ok_;  // peer_ok_[g]: kernels on gpu_ may load g's memory
   cudaStream_t compute_ = nullptr, comm_ = nullptr;
+  static constexpr int kMarks = 256;  // compute_mark ring (more than any step's units)
+  cudaEvent_t marks_[kMarks] = {};
+  std::atomic<int> next_mark_{0};
   cudaEvent_t ev_compute_ = nullptr;  // comm_wait_compute: compute position
   cudaEvent_t ev_comm_ = nullptr;     // compute_wait_comm: comm position
   cudaEvent_t ev_peer_ = nullptr;     // comm_record: waited on by peers' comm streams

@@ -114,6 +114,11 @@ class Device {
   virtual void comm_record() {}        // mark the comm stream's current position (for peers)
   virtual void comm_wait_peer(Device& peer) { (void)peer; }  // wait for peer's last comm_record
   virtual void comm_synchronize() {}   // host waits for the comm stream
+  // Overlap: mark the compute stream's current position (returns a token) so that the comm stream
+  // can later wait for exactly that point, not for compute issued after it. CPU: no-ops (ops are
+  // complete when they return). Tokens are reused after 256 marks.
+  virtual int compute_mark() { return -1; }
+  virtual void comm_wait_mark(int token) { (void)token; }
 };
 
 // Owns a device buffer; movable, not copyable.

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -135,7 +134,10 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data,
   const int ntrain = data.train.n;
   const int steps = (ntrain + cfg.batch - 1) / cfg.batch;
   std::vector<int> perm;
-  std::barrier<> barrier(k);
+  HostBarrier host_barrier(k);
+  auto barrier_wait = [&](int r) {  // throws when another rank failed and aborted the run
+    if (!host_barrier.arrive_and_wait()) DPB_CHECK(false, "rank " << r << " stopped: another rank failed");
+  };
   std::mutex err_mu;
 
   auto rank_main = [&](int r) {
@@ -155,7 +157,7 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data,
       dev.fill(rep.stats.get(), 0.0f, 2);
       rep.sync->reset_times();
       rep.data_s = 0;
-      barrier.arrive_and_wait();
+      barrier_wait(r);
       auto t0 = Clock::now(), last_report = t0;
       double lr = cfg.lr;
       for (int s = 0; s < steps; ++s) {
@@ -200,14 +202,14 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data,
         }
       }
       dev.synchronize();
-      barrier.arrive_and_wait();
+      barrier_wait(r);
       const double epoch_s = since(t0);
 
       // ---- end of epoch: replica check, statistics, evaluation (not timed) ----
       rep.host_w.resize(P);
       dev.download(rep.host_w.data(), rep.w.get(), P);
       dev.download(rep.host_stats, rep.stats.get(), 2);
-      barrier.arrive_and_wait();
+      barrier_wait(r);
       if (r == 0) {
         EpochStats st;
         st.epoch = e + 1;
@@ -249,7 +251,7 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data,
         result.epochs.push_back(st);
         if (on_epoch) on_epoch(st);
       }
-      barrier.arrive_and_wait();
+      barrier_wait(r);
     }
     if (r == 0) result.final_params = rep.host_w;
   };
@@ -259,21 +261,15 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data,
   auto guarded = [&](int r) {
     try {
       rank_main(r);
-    } catch (...) {
-      if (k == 1) {
-        first_error = std::current_exception();
-        return;
+    } catch (const std::exception& ex) {
+      // Wake every rank blocked in a barrier or collective; they throw in turn. The first error
+      // (the cause) is the one reported.
+      {
+        std::lock_guard<std::mutex> lock(err_mu);
+        if (!first_error) first_error = std::current_exception();
       }
-      // Other ranks may be blocked in a collective that can no longer complete: report and exit
-      // rather than hang. Result files are written atomically, so nothing is left half-written.
-      std::lock_guard<std::mutex> lock(err_mu);
-      try {
-        throw;
-      } catch (const std::exception& ex) {
-        std::fprintf(stderr, "dpbench: error on rank %d: %s\n", r, ex.what());
-      }
-      std::fflush(stderr);
-      std::_Exit(2);
+      group.abort(r, std::string("rank ") + std::to_string(r) + " failed: " + ex.what());
+      host_barrier.abort();
     }
   };
   for (int r = 1; r < k; ++r) pool.emplace_back(guarded, r);
