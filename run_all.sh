@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 T0=$SECONDS
-INVOCATION="./run_all.sh $*"
+INVOCATION="./run_all.sh${*:+ $*}"
 
 usage() {
   cat <<'EOF'
@@ -164,7 +164,7 @@ else
   "$PLOTPY" plots/make_plots.py "$out"
   prc=$?
   set -e
-  python3 scripts/run_suite.py record "$out" --rc $prc --wall $((SECONDS - t)) -- \
+  python3 scripts/run_suite.py record --rc $prc --wall $((SECONDS - t)) "$out" -- \
     "$PLOTPY" plots/make_plots.py "$out"
   ((prc == 0)) || echo "run_all.sh: WARNING: plots/make_plots.py failed (rc $prc)" >&2
 fi

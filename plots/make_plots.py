@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "scripts"))
-import run_suite as rs  # noqa: E402  (suite files, CSV and benchmark readers, summary rows)
+import suitelib as rs  # noqa: E402  (suite files, CSV and benchmark readers, summary rows)
 
 MODEL_NAME = {"lenet": "LeNet", "resnet18": "ResNet-18"}
 GRAD_BYTES = {516272: "LeNet gradients", 44703272: "ResNet-18 gradients"}  # dpbench-micro's sizes
@@ -44,7 +44,7 @@ class Skip(Exception):
 
 
 def k_fmt(n):
-    return f"{n / 1000:g}k" if n >= 1000 else str(n)
+    return f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n)
 
 
 def quick_note(rows):
@@ -69,6 +69,11 @@ def shared_note(rows):
 def short(name, model):
     """Run name without its model prefix (the panel names the model)."""
     return name[len(model) + 1:] if name.startswith(model + "-") else name
+
+
+def acc_ylim(ax):
+    """From 0, and at least to 0.3, so that noise around chance (0.1) does not look like a trend."""
+    ax.set_ylim(0, max(0.3, ax.get_ylim()[1]))
 
 
 def legend_below(ax, n, **kw):
@@ -96,7 +101,9 @@ class Plotter:
 
     def title(self, fig, what, rows=(), extra=""):
         lines = [f"{what} — {self.machine}" + (f" ({self.backend})" if self.backend else "")]
-        notes = " ".join(n for n in (quick_note(rows), shared_note(rows), extra) if n)
+        chance = "(every run still at chance accuracy: too few steps)" if rows and all(
+            r["test_acc"] < 0.2 for r in rows) else ""
+        notes = " ".join(n for n in (quick_note(rows), shared_note(rows), chance, extra) if n)
         if notes:
             lines.append(notes)
         fig.suptitle("\n".join(lines), fontsize=10)
@@ -225,7 +232,9 @@ class Plotter:
                                        ax.get_legend_handles_labels()[1]) else None)
                 ax.text(left, y, f" {left:.2f}", va="center", fontsize=7)
             ax.set_yticks(range(len(keys)))
-            ax.set_yticklabels([label(k) for k in keys])
+            ax.set_yticklabels([label(k) + (" (OUT OF SYNC)" if any(
+                e["replicas_in_sync"] != 1 for eps in groups[k] for e in eps) else "")
+                for k in keys])
             ax.invert_yaxis()
             ax.set_xlabel("s per epoch (median over epochs 2..n)")
             ax.set_title(MODEL_NAME.get(m, m))
@@ -246,7 +255,9 @@ class Plotter:
                 shared = any(e["shared_gpu"] for e in eps)
                 ax.plot([e["epoch"] for e in eps], [e["test_acc"] for e in eps],
                         marker="o", ms=3, color=cmap(i % cmap.N), ls="--" if shared else "-",
-                        label=short(name, m) + (" (shared GPU)" if shared else ""))
+                        label=short(name, m) + (" (shared GPU)" if shared else "") +
+                        (" (OUT OF SYNC)" if any(e["replicas_in_sync"] != 1 for e in eps) else ""))
+            acc_ylim(ax)
             ax.set_xlabel("epoch")
             ax.set_ylabel("test accuracy (fraction)")
             ax.set_title(MODEL_NAME.get(m, m))
@@ -396,6 +407,7 @@ class Plotter:
             ax.text(0.01, target, f"target {target:.2f}", va="bottom", fontsize=7,
                     transform=ax.get_yaxis_transform())
             ax.set_xlim(left=0)
+            acc_ylim(ax)
             ax.set_xlabel("training time (s, sum of epoch times)")
             ax.set_ylabel("test accuracy (fraction)")
             ax.set_title(f"{s}: {MODEL_NAME.get(m, m)}")

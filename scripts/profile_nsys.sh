@@ -38,6 +38,7 @@ fi
 OUT=${DPB_PROFILE_DIR:-results/profiles/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
 TRACE=(profile -t cuda,nvtx,osrt --force-overwrite true)
+rc=0
 echo "profile_nsys.sh: $("$NSYS" --version 2>/dev/null | head -1) -> $OUT"
 
 summarize() {  # summarize REPORT: NVTX range summary beside the report (report name differs by version)
@@ -58,11 +59,11 @@ if [ -f "scenarios/$1.ini" ]; then
   [ -x "$BUILD/dpbench" ] || { echo "profile_nsys.sh: no $BUILD/dpbench; run scripts/setup.sh" >&2; exit 2; }
   backend=$("$BUILD/dpbench" info | python3 -c 'import json,sys; print(json.load(sys.stdin)["default_backend"])')
   python3 scripts/run_suite.py run --suite "$suite" --backend "$backend" --bin "$BUILD/dpbench" \
-    --out "$OUT/results" --wrap "$NSYS ${TRACE[*]} -o $OUT/{suite}-{scenario}" "$@"
+    --out "$OUT/results" --wrap "$NSYS ${TRACE[*]} -o $OUT/{suite}-{scenario}" "$@" || rc=$?
 else
   command -v "$1" >/dev/null 2>&1 || [ -x "$1" ] ||
     { echo "profile_nsys.sh: '$1' is neither a suite (scenarios/*.ini) nor a command" >&2; exit 2; }
-  "$NSYS" "${TRACE[@]}" -o "$OUT/$(basename "$1")" "$@"
+  "$NSYS" "${TRACE[@]}" -o "$OUT/$(basename "$1")" "$@" || rc=$?
 fi
 
 shopt -s nullglob
@@ -77,3 +78,5 @@ for rep in "${reports[@]}"; do
   summarize "$rep"
 done
 echo "open with: nsys-ui <report>   or: nsys stats --report nvtx_sum <report>"
+((rc == 0)) || echo "profile_nsys.sh: the profiled command failed (rc $rc)" >&2
+exit $rc

@@ -6,18 +6,17 @@
       [--backend cpu|cuda] [--bin build/dpbench] [--micro-bin build/dpbench-micro]
       [--set "--lr 0.1"] [--wrap "nsys profile -o DIR/{suite}-{scenario}"] [--dry-run]
   scripts/run_suite.py summary DIR                            # the summary table of a results folder
+  scripts/run_suite.py record --rc N --wall S DIR -- CMD...   # add a command run outside to DIR's manifest
 
 `run` writes DIR/<suite>.csv (dpbench's columns after `suite,scenario`, one header, rewritten
 atomically after every run), DIR/micro-<suite>.json (+ .csv when scripts/bench_to_csv.py exists),
 DIR/logs/<suite>/<scenario>.log and DIR/manifest.json (machine, versions, every command). Runs
 already in DIR/<suite>.csv are skipped, so an interrupted run continues with the same --out.
-Standard library only: it runs under any python3. plots/make_plots.py and scripts/check_regression
-import the readers below.
+Standard library only: it runs under any python3. Suite files, readers and the per-run numbers are
+in scripts/suitelib.py.
 """
 import argparse
-import configparser
 import csv
-import fnmatch
 import io
 import json
 import os
@@ -25,331 +24,17 @@ import platform
 import shlex
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import textwrap
 import time
-from dataclasses import dataclass, field
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCENARIOS = os.path.join(ROOT, "scenarios")
-FLAGS_WITHOUT_VALUE = {"--tf32", "--quiet"}  # every other `dpbench train` flag takes one value
-
-# ----------------------------------------------------------------------------- scenario files
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from suitelib import (ROOT, append_suite_csv, expand_runs, load_suite,  # noqa: E402
+                      read_micro, read_rows, suite_names, summarize, write_atomic, write_json)
 
 
-@dataclass
-class Run:
-    suite: str
-    name: str
-    args: list  # final `dpbench train` arguments for the chosen mode (no --backend / --csv)
-
-
-@dataclass
-class Suite:
-    name: str
-    about: str = ""
-    default: bool = True
-    targets: dict = field(default_factory=dict)  # model -> test accuracy, full mode
-    quick_targets: dict = field(default_factory=dict)
-    runs: dict = field(default_factory=dict)  # name -> full args (list); insertion ordered
-    cuda_runs: dict = field(default_factory=dict)
-    quick: list = field(default_factory=list)  # (glob, args | None for skip), file order
-    micro: dict = field(default_factory=dict)  # "cpu", "cpu.quick", ... -> args
-
-    def target(self, model, quick):
-        t = (self.quick_targets if quick else self.targets).get(model)
-        return t if t is not None else self.targets.get(model)
-
-
-def _targets(text):
-    out = {}
-    for item in text.split():
-        model, _, acc = item.partition(":")
-        out[model] = float(acc)
-    return out
-
-
-def suite_names():
-    return sorted(f[:-4] for f in os.listdir(SCENARIOS) if f.endswith(".ini"))
-
-
-def load_suite(name):
-    path = os.path.join(SCENARIOS, name + ".ini")
-    if not os.path.exists(path):
-        raise SystemExit(f"run_suite: no suite '{name}' (known: {', '.join(suite_names())})")
-    cp = configparser.ConfigParser(interpolation=None, delimiters=("=",), comment_prefixes=("#",),
-                                   inline_comment_prefixes=None, strict=True)
-    cp.optionxform = str  # run names keep their case
-    cp.read(path)
-    s = Suite(name)
-    sec = cp["suite"] if cp.has_section("suite") else {}
-    s.about = sec.get("about", "")
-    s.default = sec.get("default", "yes").strip().lower() in ("yes", "true", "1")
-    s.targets = _targets(sec.get("target", ""))
-    s.quick_targets = _targets(sec.get("quick_target", ""))
-    for secname, dest in (("runs", s.runs), ("runs.cuda", s.cuda_runs)):
-        if cp.has_section(secname):
-            for k, v in cp[secname].items():
-                dest[k] = shlex.split(v)
-    if cp.has_section("quick"):
-        for k, v in cp["quick"].items():
-            s.quick.append((k, None if v.strip() == "skip" else shlex.split(v)))
-    if cp.has_section("micro"):
-        s.micro = dict(cp["micro"].items())
-    return s
-
-
-def merge_args(base, override):
-    """`dpbench train` arguments with the flags in `override` replacing those in `base`."""
-    def pairs(args):
-        out, i = [], 0
-        while i < len(args):
-            a = args[i]
-            if a in FLAGS_WITHOUT_VALUE or not a.startswith("--") or "=" in a:
-                out.append((a.split("=")[0], [a]))
-                i += 1
-            else:
-                out.append((a, args[i:i + 2]))
-                i += 2
-        return out
-    merged = dict(pairs(base))
-    for flag, toks in pairs(override):
-        merged[flag] = toks  # in place when base has the flag
-    return [t for toks in merged.values() for t in toks]
-
-
-def arg_value(args, flag, default=None):
-    for i, a in enumerate(args[:-1]):
-        if a == flag:
-            return args[i + 1]
-    return default
-
-
-def expand_runs(suite, quick, backend, devices, extra=()):
-    """The runs of a suite for a mode: quick overrides applied, `--devices max` resolved, runs whose
-    device count is not in `devices` left out. Returns (runs, [(suite, run, why left out)])."""
-    runs, notes = [], []
-    table = dict(suite.runs)
-    if backend == "cuda":
-        table.update(suite.cuda_runs)
-    for name, args in table.items():
-        if quick:
-            skip = False
-            for pattern, over in suite.quick:
-                if fnmatch.fnmatchcase(name, pattern):
-                    if over is None:
-                        skip = True
-                    else:
-                        args = merge_args(args, over)
-            if skip:
-                notes.append((suite.name, name, "full mode only"))
-                continue
-        dev = arg_value(args, "--devices", "1")
-        if dev == "max":
-            args = merge_args(args, ["--devices", str(max(devices))])
-        elif int(dev) not in devices:
-            notes.append((suite.name, name, "device count not in --devices"))
-            continue
-        runs.append(Run(suite.name, name, merge_args(args, list(extra))))
-    return runs, notes
-
-
-# ----------------------------------------------------------------------------- files
-
-
-def write_atomic(path, text):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def write_json(path, obj):
-    write_atomic(path, json.dumps(obj, indent=2) + "\n")
-
-
-NUMERIC = {"devices", "shared_gpu", "quick", "bucket_mb", "global_batch", "lr", "warmup_epochs",
-           "seed", "train_examples", "test_examples", "epoch", "lr_end", "train_loss", "train_acc",
-           "test_acc", "epoch_s", "images_per_s", "data_s", "compute_s", "comm_s",
-           "exposed_comm_s", "comm_calls", "replicas_in_sync", "max_replica_diff"}
-
-
-def read_rows(path):
-    """Rows of a suite CSV as dicts, numeric columns as floats."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        for k in NUMERIC & r.keys():
-            try:
-                r[k] = float(r[k])
-            except ValueError:
-                pass
-    return rows
-
-
-def read_results(out_dir):
-    """{suite: [rows]} for every suite CSV in a results folder."""
-    res = {}
-    for f in sorted(os.listdir(out_dir)):
-        if f.endswith(".csv") and not f.startswith(("micro-", "summary")):
-            rows = read_rows(os.path.join(out_dir, f))
-            if rows and "scenario" in rows[0]:
-                res[f[:-4]] = rows
-    return res
-
-
-def append_suite_csv(path, suite, scenario, run_csv):
-    """Adds dpbench's rows from run_csv to the suite CSV with suite and scenario in front."""
-    with open(run_csv, newline="") as f:
-        new = list(csv.reader(f))
-    if len(new) < 2:
-        return 0
-    header = ["suite", "scenario"] + new[0]
-    old = []
-    if os.path.exists(path):
-        with open(path, newline="") as f:
-            old = list(csv.reader(f))
-        if old and old[0] != header:
-            raise SystemExit(f"run_suite: {path} has a different header; use another --out")
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerows(old or [header])
-    w.writerows([suite, scenario] + r for r in new[1:])
-    write_atomic(path, buf.getvalue())
-    return len(new) - 1
-
-
-# ----------------------------------------------------------------------------- micro JSON
-
-
-def parse_bench_name(name):
-    """dpbench-micro names (see bench/main.cpp --help) as fields:
-    'allreduce/cpu/ring/ranks:4/bytes:1048576/manual_time' -> {'family': 'allreduce',
-    'backend': 'cpu', 'alg': 'ring', 'ranks': 4, 'bytes': 1048576, 'shared': False};
-    'gradsync/cuda/resnet18/fused/ranks:4/shared' -> {'family': 'gradsync', 'backend': 'cuda',
-    'model': 'resnet18', 'mode': 'fused', 'ranks': 4, 'shared': True}."""
-    parts = name.split("/")
-    plain = ["family", "backend", "alg" if parts[0] in ("allreduce", "membw") else "model", "mode"]
-    out = {"shared": False}
-    for part in parts:
-        if part == "shared":
-            out["shared"] = True
-        elif ":" in part:
-            k, _, v = part.partition(":")
-            try:
-                out[k] = int(v)
-            except ValueError:
-                out[k] = v
-        elif part in ("manual_time", "real_time", "process_time"):
-            continue
-        elif plain:
-            out[plain.pop(0)] = part
-    return out
-
-
-def read_micro(path):
-    """Benchmarks of a Google Benchmark JSON file as dicts (name fields + counters); medians when
-    repetitions were aggregated, else the mean over repeated iteration entries."""
-    with open(path) as f:
-        data = json.load(f)
-    groups = {}
-    for b in data.get("benchmarks", []):
-        if b.get("error_occurred"):
-            continue
-        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
-            continue
-        key = b.get("run_name", b["name"])
-        groups.setdefault(key, []).append(b)
-    out = []
-    for key, bs in groups.items():
-        med = [b for b in bs if b.get("aggregate_name") == "median"]
-        bs = med or bs
-        row = parse_bench_name(key)
-        row["name"] = key
-        for k, v in bs[0].items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in row:
-                row[k] = statistics.mean(b.get(k, v) for b in bs)
-        out.append(row)
-    return out, data.get("context", {})
-
-
-# ----------------------------------------------------------------------------- summary
-
-
-def group_runs(rows):
-    """{(suite, scenario): [rows ordered by epoch]}."""
-    g = {}
-    for r in rows:
-        g.setdefault((r["suite"], r["scenario"]), []).append(r)
-    for v in g.values():
-        v.sort(key=lambda r: r["epoch"])
-    return g
-
-
-def steady_epoch_s(epochs, key="epoch_s"):
-    """Median over epochs after the first (the first includes warm-up); the only one if one."""
-    vals = [e[key] for e in epochs[1:]] or [epochs[0][key]]
-    return statistics.median(vals)
-
-
-def time_to_acc(epochs, target):
-    """Training seconds (sum of epoch_s) until test accuracy first reaches target, else None."""
-    t = 0.0
-    for e in epochs:
-        t += e["epoch_s"]
-        if target is not None and e["test_acc"] >= target:
-            return t
-    return None
-
-
-def find_reference(runs, key):
-    """The 1-device run of the same suite and model to compare speed with: same global batch if
-    there is one."""
-    first = runs[key][0]
-    cands = [k for k, v in runs.items() if k[0] == key[0] and v[0]["model"] == first["model"]
-             and v[0]["devices"] == 1 and v[0]["backend"] == first["backend"]]
-    same = [k for k in cands if runs[k][0]["global_batch"] == first["global_batch"]]
-    return (same or cands or [None])[0]
-
-
-def summarize(out_dir):
-    """Summary rows (dicts) for every training run in a results folder."""
-    targets = {}
-    rows_out = []
-    for suite, rows in read_results(out_dir).items():
-        try:
-            targets[suite] = load_suite(suite)
-        except SystemExit:
-            targets[suite] = Suite(suite)
-        runs = group_runs(rows)
-        for key, eps in runs.items():
-            e0, last = eps[0], eps[-1]
-            t = steady_epoch_s(eps)
-            ref = find_reference(runs, key)
-            speedup = steady_epoch_s(runs[ref]) / t if ref and t > 0 else None
-            quick = bool(e0["quick"])
-            target = targets[suite].target(e0["model"], quick)
-            tta = time_to_acc(eps, target)
-            rows_out.append({
-                "suite": suite, "scenario": key[1], "model": e0["model"],
-                "backend": e0["backend"], "devices": int(e0["devices"]),
-                "shared_gpu": int(e0["shared_gpu"]), "quick": int(quick),
-                "global_batch": int(e0["global_batch"]), "lr": e0["lr"],
-                "warmup_epochs": e0["warmup_epochs"], "allreduce": e0["allreduce"],
-                "grad_sync": e0["grad_sync"], "overlap": e0["overlap"],
-                "train_examples": int(e0["train_examples"]),
-                "test_examples": int(e0["test_examples"]), "epochs": len(eps),
-                "epoch_s": t, "images_per_s": steady_epoch_s(eps, "images_per_s"),
-                "exposed_comm_s": steady_epoch_s(eps, "exposed_comm_s"),
-                "speedup": speedup,
-                "efficiency": speedup / e0["devices"] if speedup else None,
-                "final_acc": last["test_acc"], "best_acc": max(e["test_acc"] for e in eps),
-                "target_acc": target, "time_to_target_s": tta,
-                "in_sync": int(all(e["replicas_in_sync"] == 1 for e in eps)),
-            })
-    return rows_out
+# ----------------------------------------------------------------------------- summary table
 
 
 def fmt(v, spec):
@@ -523,6 +208,11 @@ class Runner:
         if os.path.exists(self.mpath):  # continuing an interrupted run: keep its history
             with open(self.mpath) as f:
                 self.manifest = json.load(f)
+            mode = "quick" if a.quick else "full"
+            if self.manifest.get("mode", mode) != mode or \
+                    self.manifest.get("backend", a.backend) != a.backend:
+                raise SystemExit(f"run_suite: {self.out} holds a {self.manifest.get('mode')} "
+                                 f"{self.manifest.get('backend')} run; use another --out")
             self.manifest.setdefault("continued_utc", []).append(utc())
         else:
             self.manifest = {"run_id": os.path.basename(os.path.abspath(self.out)),
@@ -579,6 +269,15 @@ class Runner:
                 raise
         return rc, time.time() - t, tail
 
+    def remove_tmp(self):
+        """Removes the folder dpbench writes each run's CSV into, with any left-overs of a run
+        that was interrupted before its rows were added to the suite CSV."""
+        tmpdir = os.path.join(self.out, ".tmp")
+        if os.path.isdir(tmpdir):
+            for f in os.listdir(tmpdir):
+                os.remove(os.path.join(tmpdir, f))
+            os.rmdir(tmpdir)
+
     def record(self, entry):
         self.manifest["commands"].append(entry)
         self.save()
@@ -587,7 +286,12 @@ class Runner:
         a = self.a
         key = a.backend + (".quick" if a.quick else "")
         args = suite.micro.get(key) or suite.micro.get(a.backend)
-        print(f"[{n}/{total} {self.elapsed()}] {suite.name}: dpbench-micro {args}", flush=True)
+        print(f"[{n}/{total} {self.elapsed()}] {suite.name}: dpbench-micro {args or ''}",
+              flush=True)
+        if args is None:
+            print(f"      skipped: the suite has no microbenchmarks for backend {a.backend}",
+                  flush=True)
+            return
         if not os.access(a.micro_bin, os.X_OK):
             print(f"      skipped: {a.micro_bin} is not built (DPB_BENCH, bench/main.cpp); no "
                   "microbenchmark results in this run", flush=True)
@@ -600,9 +304,6 @@ class Runner:
         tmp = final + ".part"
         cmd = [a.micro_bin] + shlex.split(args) + [f"--benchmark_out={tmp}",
                                                    "--benchmark_out_format=json"]
-        if a.dry_run:
-            print("      " + " ".join(shlex.quote(c) for c in cmd))
-            return
         log = os.path.join(self.out, "logs", suite.name, "micro.log")
         rc, wall, tail = self.execute(cmd, log, lambda l: l.startswith(
             ("allreduce/", "gradsync/", "overlap/", "membw/", "dpbench-micro:")) or "rror" in l)
@@ -649,8 +350,6 @@ class Runner:
                                             out=self.out)) + cmd
         shown = " ".join(shlex.quote(c) for c in run.args)
         print(f"[{n}/{total} {self.elapsed()}] {run.suite}/{run.name}: {shown}", flush=True)
-        if a.dry_run:
-            return
         log = os.path.join(self.out, "logs", run.suite, run.name + ".log")
         rc, wall, tail = self.execute(cmd, log, lambda l: l.startswith(("epoch", "  epoch")))
         entry = {"suite": run.suite, "scenario": run.name, "cmd": cmd, "rc": rc,
@@ -692,6 +391,11 @@ class Runner:
         total = len(plan)
         print(f"run_suite: {total} steps ({'quick' if a.quick else 'full'} mode, backend "
               f"{a.backend}, devices {','.join(map(str, a.devices))}) -> {self.out}", flush=True)
+        if a.dry_run:
+            for n, (kind, item) in enumerate(plan, 1):
+                print(f"[{n}/{total}] " + (f"{item.name}: dpbench-micro" if kind == "micro" else
+                                           f"{item.suite}/{item.name}: " + " ".join(item.args)))
+            return 0
         os.makedirs(self.out, exist_ok=True)
         self.save()
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # like Ctrl-C: stop cleanly
@@ -702,6 +406,7 @@ class Runner:
                 else:
                     self.run_train(item, n, total)
         except KeyboardInterrupt:
+            self.remove_tmp()
             self.manifest["status"] = "interrupted"
             self.manifest["finished_utc"] = utc()
             self.save()
@@ -709,10 +414,7 @@ class Runner:
                   f"{self.out} (suite CSVs hold every finished run); continue with --out "
                   f"{self.out}", flush=True)
             return 130
-        try:
-            os.rmdir(os.path.join(self.out, ".tmp"))  # only when empty
-        except OSError:
-            pass
+        self.remove_tmp()
         self.manifest["status"] = "failed" if self.failures else "complete"
         self.manifest["finished_utc"] = utc()
         self.manifest["wall_s"] = round(time.time() - self.t0, 1)
