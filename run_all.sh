@@ -125,8 +125,9 @@ if [ "$backend" = cuda ]; then
     "one GPU; they are marked shared_gpu (not scaling figures)"
 else
   why=$([ "$cuda_built" = true ] && echo "no GPU found" || echo "no CUDA build")
-  echo "note: k devices are k threads sharing the $cores cores (cores/k math threads each), so" \
-    "k > 1 shows the cost of synchronization, not a speedup"
+  echo "note: k devices are k threads sharing the $cores cores (cores/k math threads each): a" \
+    "speedup here compares k ranks with one rank using every core, synchronization included;" \
+    "it is not multi-device scaling"
 fi
 [ -n "$mode" ] || mode=$([ "$backend" = cuda ] && echo full || echo quick)
 echo "=> backend $backend ($why); mode $mode$([ "$mode" = quick ] &&
