@@ -10,24 +10,13 @@
 #include <thread>
 #include <vector>
 
+#include "tests/rank_threads.h"
 #include "collectives/allreduce.h"
 #include "src/core/check.h"
 
 namespace dpb {
 namespace {
 
-// Runs fn(rank) on k threads; rethrows the first exception after all threads have ended.
-void on_ranks(int k, const std::function<void(int)>& fn) {
-  std::vector<std::exception_ptr> errs(k);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < k; ++r)
-    threads.emplace_back([&, r] {
-      try { fn(r); } catch (...) { errs[r] = std::current_exception(); }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errs)
-    if (e) std::rethrow_exception(e);
-}
 
 struct Ranks {
   std::vector<std::unique_ptr<Device>> devs;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/rank_threads.h"
 #include "collectives/grad_sync.h"
 #include "src/core/check.h"
 
@@ -18,17 +19,6 @@ namespace {
 // LeNet's eight parameters in model order (conv1 w, b, conv2 w, b, dense w, b, ...).
 const std::vector<size_t> kLeNet = {180, 20, 25000, 50, 102400, 128, 1280, 10};
 
-void on_ranks(int k, const std::function<void(int)>& fn) {
-  std::vector<std::exception_ptr> errs(k);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < k; ++r)
-    threads.emplace_back([&, r] {
-      try { fn(r); } catch (...) { errs[r] = std::current_exception(); }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errs)
-    if (e) std::rethrow_exception(e);
-}
 
 GradSyncConfig config(SyncMode mode, bool overlap, double bucket_mb = 25) {
   GradSyncConfig c;
