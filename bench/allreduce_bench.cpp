@@ -93,7 +93,10 @@ struct ArRig {
     });
     long w = 0;
     for (int r = 0; r < k; ++r) w += count_wrong((*ds)[r], bufs[r].get(), n, k, host);
-    for (int r = 0; r < k; ++r) (*ds)[r].fill(bufs[r].get(), 0.0f, n);
+    for (int r = 0; r < k; ++r) {
+      (*ds)[r].fill(bufs[r].get(), 0.0f, n);
+      (*ds)[r].synchronize();  // CUDA: fill is on the compute stream, the all-reduce on comm
+    }
     return w;
   }
 };
@@ -109,6 +112,7 @@ std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, Backend b, const std::string& 
     Device& dev = (*g->ds)[r];
     g->bufs.emplace_back(dev, g->n, "all-reduce buffer");
     dev.fill(g->bufs[r].get(), 0.0f, g->n);
+    dev.synchronize();  // CUDA: fill is on the compute stream, the all-reduce on comm
     g->timers.push_back(make_rank_timer(dev, TimedStream::Comm));
   }
   ArRig* raw = g.get();

@@ -78,6 +78,7 @@ struct GsRig {  // declaration order: rank threads joined first, devices release
       (*ds)[r].download(host.data(), grads[r].get(), P);
       for (size_t i = 0; i < P; ++i) w += host[i] != float(int(i % 5 + 1) * tri);
       (*ds)[r].fill(grads[r].get(), 0.0f, P);
+      (*ds)[r].synchronize();
     }
     for (auto& s : syncs) s->reset_times();
     return w;
@@ -97,6 +98,7 @@ std::shared_ptr<GsRig> make_gs_rig(Backend b, const std::string& model, const Gr
     Device& dev = (*g->ds)[r];
     g->grads.emplace_back(dev, g->P, "gradients");
     dev.fill(g->grads[r].get(), 0.0f, g->P);
+    dev.synchronize();  // CUDA: fill is on the compute stream
     g->syncs.push_back(std::make_unique<GradSync>(cfg, sizes, *g->ar, dev, r, g->grads[r].get()));
     g->timers.push_back(make_rank_timer(dev, TimedStream::Compute));
   }

@@ -24,7 +24,8 @@ import sys
 import tempfile
 
 COLUMNS = [
-    "name", "backend", "kind", "algorithm_mode", "model", "ranks", "bytes", "shared_gpu",
+    "name", "backend", "kind", "algorithm_mode", "model", "ranks", "devices", "bytes", "shared_gpu",
+    "quick",
     "real_time_s", "algbw_GBps", "busbw_GBps", "bw_fraction", "wrong", "calls", "backward_s",
     "compute_s", "exposed_comm_s", "aggregate",
     # extra measurements, then bookkeeping
@@ -77,13 +78,15 @@ def flatten_context(ctx):
     return out
 
 
-def rows_of(doc):
+def rows_of(doc, quick=False):
     ctx = flatten_context(doc.get("context", {}))
     for b in doc.get("benchmarks", []):
         row = {c: "" for c in COLUMNS}
         row["name"] = b.get("name", "")
         row.update(parse_name(b.get("run_name", b.get("name", ""))))
         row["shared_gpu"] = "true" if row["shared_gpu"] else "false"
+        row["devices"] = row["ranks"]  # the name every dpbench CSV uses for the rank count
+        row["quick"] = "true" if quick else "false"
         row["aggregate"] = b.get("aggregate_name", "") if b.get("run_type") == "aggregate" else ""
         row["iterations"] = b.get("iterations", "")
         row["repetition_index"] = b.get("repetition_index", "")
@@ -122,6 +125,8 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("inputs", nargs="+", help="Google Benchmark JSON files (--benchmark_out)")
     ap.add_argument("-o", "--output", help="CSV path (default: the first input with .csv)")
+    ap.add_argument("--quick", action="store_true",
+                    help="mark every row quick (a reduced sweep, as ./run_all.sh --quick runs)")
     args = ap.parse_args(argv)
     out = args.output or os.path.splitext(args.inputs[0])[0] + ".csv"
     rows, ctx_keys = [], []
@@ -133,7 +138,7 @@ def main(argv):
             sys.exit("bench_to_csv.py: cannot read %s: %s" % (path, e))
         if not isinstance(doc, dict) or "benchmarks" not in doc:
             sys.exit("bench_to_csv.py: %s is not Google Benchmark JSON (no 'benchmarks')" % path)
-        for row, ctx in rows_of(doc):
+        for row, ctx in rows_of(doc, args.quick):
             for k in ctx:
                 if k not in ctx_keys:
                     ctx_keys.append(k)

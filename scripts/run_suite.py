@@ -316,7 +316,7 @@ class Runner:
             conv = os.path.join(ROOT, "scripts", "bench_to_csv.py")
             if os.path.exists(conv):
                 csv_path = final[:-5] + ".csv"
-                ccmd = [sys.executable, conv, final, "-o", csv_path]
+                ccmd = [sys.executable, conv, final, "-o", csv_path] + (["--quick"] if a.quick else [])
                 res = subprocess.run(ccmd, capture_output=True, text=True)
                 if res.returncode == 0 and os.path.exists(csv_path):
                     entry["csv"] = os.path.basename(csv_path)
