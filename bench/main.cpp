@@ -31,7 +31,7 @@ namespace {
 using dpb::bench::BenchConfig;
 
 void print_usage() {
-  std::printf(R"(dpbench-micro: microbenchmarks of dpbench's collectives and training steps.
+  std::fputs(R"(dpbench-micro: microbenchmarks of dpbench's collectives and training steps.
 
 Benchmarks (names are filterable with --benchmark_filter=REGEX):
   membw/cpu/copy/threads:<k>                          memcpy bandwidth bound (read + written)
@@ -42,7 +42,10 @@ Benchmarks (names are filterable with --benchmark_filter=REGEX):
                                                       counters calls, bytes, busbw_GBps, wrong
   overlap/<backend>/<lenet|resnet18>/<fused-after|per-param-after|per-param-overlap|
           bucket25MB-overlap>/ranks:<k>               counters compute_s, backward_s,
-                                                      exposed_comm_s, comm_s, calls
+                                                      exposed_comm_s, exposed_comm_median_s and
+                                                      its 95% interval (exposed_comm_ci95_lo_s,
+                                                      _hi_s), comm_s, calls; compare modes with
+                                                      scripts/overlap_report.py
   CUDA ranks beyond the GPU count share GPUs: their names carry "ranks:<k>/shared".
   Times are manual (suffix /manual_time): the slowest rank's time per iteration.
 
@@ -62,8 +65,12 @@ Defaults that differ from Google Benchmark's:
   --benchmark_min_time      0.1 s unless given (the full default set then runs in minutes)
   --benchmark_out           results/micro-<UTC time>.json unless given (format json). The file is
                             written beside as FILE.tmp.<pid> and renamed into place at the end.
+Environment:
+  DPB_SPIN_US=X             how long a rank waiting at a collective's barrier polls before it
+                            sleeps, microseconds (default 100 when ranks <= hardware threads,
+                            else 0)
 
-)");
+)", stdout);
   benchmark::PrintDefaultHelp();
 }
 

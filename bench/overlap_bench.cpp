@@ -10,14 +10,19 @@
 //           per-param-after    one all-reduce per parameter, after backward
 //           per-param-overlap  one per parameter, launched as backward produces it
 //           bucket<N>MB-overlap  buckets of --dpb_bucket_mb (default 25), launched as ready
-//     Each benchmark iteration runs one compute-only step (forward + backward + sgd, no
-//     communication, all ranks at once, untimed by the framework) and then one full step (timed:
-//     the slowest rank's step). Counters, means over the iterations:
+//     Each benchmark iteration runs a pair of steps: one compute-only step (forward + backward +
+//     sgd, no communication, all ranks at once, untimed by the framework) and one full step
+//     (timed: the slowest rank's step), in alternating order (ABBA), so that load drifting over
+//     the run falls on both alike. Counters, means over the iterations unless said otherwise:
 //       compute_s      compute-only step time (slowest rank)
 //       backward_s     backward time inside those compute-only steps (slowest rank)
 //       exposed_comm_s full step time - compute_s (can be slightly negative from noise)
-//       exposed_comm_median_s  median over iterations of (full step - the compute-only step run
-//                      just before it): less sensitive to steps slowed by other processes
+//       exposed_comm_median_s  median over iterations of (full step - its paired compute-only
+//                      step): less sensitive to steps slowed by other processes
+//       exposed_comm_ci95_lo_s, exposed_comm_ci95_hi_s  distribution-free 95% confidence
+//                      interval of that median (order statistics of the paired differences;
+//                      min and max below 6 pairs): two modes differ when their intervals do not
+//                      overlap
 //       comm_s         host time spent inside collective calls per step (rank 0)
 //       calls          collective calls per step; batch: the global batch
 //     CPU: each rank's device gets max(1, cores / k) math threads; with overlap the rank's
@@ -29,6 +34,7 @@
 #include "bench/bench.h"
 #include "collectives/grad_sync.h"
 #include "src/core/check.h"
+#include "src/core/stats.h"
 #include "src/model/model.h"
 
 namespace dpb::bench {
@@ -153,16 +159,29 @@ void bm_overlap(benchmark::State& st, BenchEnv& env, const std::string& name, Ba
   const std::function<void(int)> compute_only = [g](int r) { g->step(r, false); };
   const std::function<void(int)> full = [g](int r) { g->step(r, true); };
   double total = 0, compute = 0, backward = 0;
-  std::vector<double> diffs;  // per iteration: full step - the compute-only step just before it
+  std::vector<double> diffs;  // per iteration: full step - its paired compute-only step
+  bool full_first = false;
   for (auto _ : st) {  // steps are long: one hand-off per step costs nothing measurable
-    if (!guarded(st, [&] { g->pool->run(compute_only); })) break;
-    const double c = *std::max_element(g->ts.begin(), g->ts.end());
-    compute += c;
-    backward += *std::max_element(g->tb.begin(), g->tb.end());
-    if (!guarded(st, [&] { g->pool->run(full); })) break;
-    const double s = *std::max_element(g->ts.begin(), g->ts.end());
+    // Pairs alternate their order (compute-only first, then full first, ...), so that a load
+    // drifting over the run, and what one kind of step leaves in the caches for the next, falls
+    // on both kinds alike.
+    double c = 0, s = 0;
+    for (int half = 0; half < 2; ++half) {
+      const bool run_full = (half == 0) == full_first;
+      if (!guarded(st, [&] { g->pool->run(run_full ? full : compute_only); })) break;
+      const double t = *std::max_element(g->ts.begin(), g->ts.end());
+      if (run_full) {
+        s = t;
+      } else {
+        c = t;
+        backward += *std::max_element(g->tb.begin(), g->tb.end());
+      }
+    }
+    if (st.error_occurred()) break;
+    full_first = !full_first;
     st.SetIterationTime(s);
     total += s;
+    compute += c;
     diffs.push_back(s - c);
   }
   if (st.error_occurred()) {
@@ -175,8 +194,10 @@ void bm_overlap(benchmark::State& st, BenchEnv& env, const std::string& name, Ba
   st.counters["backward_s"] = backward / iters;
   st.counters["exposed_comm_s"] = (total - compute) / iters;
   if (!diffs.empty()) {  // robust to the odd step slowed by other processes
-    std::nth_element(diffs.begin(), diffs.begin() + diffs.size() / 2, diffs.end());
-    st.counters["exposed_comm_median_s"] = diffs[diffs.size() / 2];
+    const MedianCi m = median_ci95(diffs);
+    st.counters["exposed_comm_median_s"] = m.median;
+    st.counters["exposed_comm_ci95_lo_s"] = m.lo;
+    st.counters["exposed_comm_ci95_hi_s"] = m.hi;
   }
   st.counters["comm_s"] = times.comm_s / iters;
   st.counters["calls"] = double(times.calls) / iters;

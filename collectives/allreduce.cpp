@@ -4,7 +4,14 @@
 // cuda/nccl_allreduce.cu. Tested by tests/test_allreduce.cpp.
 #include "collectives/allreduce.h"
 
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 #include <exception>
 
 #include "src/core/check.h"
@@ -13,6 +20,14 @@
 namespace dpb {
 
 // ---------------------------------------------------------------- HostBarrier
+
+static inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 bool HostBarrier::arrive_and_wait() {
   if (aborted_.load()) return false;
@@ -23,6 +38,15 @@ bool HostBarrier::arrive_and_wait() {
     gen_.fetch_add(1, std::memory_order_release);
     gen_.notify_all();
     return !aborted_.load();
+  }
+  if (spin_ns_ > 0) {  // a waiter put to sleep costs a wake-up (tens of us on a VM): spin first
+    const auto t0 = std::chrono::steady_clock::now();
+    for (unsigned i = 1;; ++i) {
+      if (gen_.load(std::memory_order_acquire) != g || aborted_.load()) return !aborted_.load();
+      cpu_relax();
+      if (i % 64 == 0 && std::chrono::steady_clock::now() - t0 > std::chrono::nanoseconds(spin_ns_))
+        break;
+    }
   }
   while (gen_.load(std::memory_order_acquire) == g && !aborted_.load()) gen_.wait(g);
   return !aborted_.load();
@@ -42,9 +66,23 @@ static bool needs_events(const std::vector<Device*>& devs) {
   return false;
 }
 
+// CommGroup's barrier polling time; see CommGroup::barrier_spin_ns.
+static long default_spin_ns(int k) {
+  if (const char* e = std::getenv("DPB_SPIN_US")) {
+    char* end = nullptr;
+    const double us = std::strtod(e, &end);
+    DPB_CHECK(end != e && *end == '\0' && std::isfinite(us) && us >= 0 && us <= 1e6,
+              "environment variable DPB_SPIN_US='" << e
+                                                   << "' is not a number of microseconds in [0, 1e6]");
+    return long(us * 1000.0);
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 && unsigned(k) <= hw ? 100000 : 0;
+}
+
 CommGroup::CommGroup(int k, std::vector<Device*> devices)
     : k_(k), devs_(std::move(devices)), ptrs_(size_t(k > 0 ? k : 0), nullptr),
-      ordered_(false), host_barrier_(k) {
+      ordered_(false), host_barrier_(k, default_spin_ns(k)) {
   DPB_CHECK(k >= 1, "CommGroup: need at least one rank, got " << k);
   DPB_CHECK(devs_.size() == size_t(k),
             "CommGroup: " << k << " ranks but " << devs_.size() << " devices");

@@ -29,12 +29,13 @@ COLUMNS = [
     "real_time_s", "algbw_GBps", "busbw_GBps", "bw_fraction", "wrong", "calls", "backward_s",
     "compute_s", "exposed_comm_s", "aggregate",
     # extra measurements, then bookkeeping
-    "exposed_comm_median_s", "membw_GBps", "traffic_GBps", "comm_s", "batch", "iterations",
+    "exposed_comm_median_s", "exposed_comm_ci95_lo_s", "exposed_comm_ci95_hi_s", "membw_GBps", "traffic_GBps", "comm_s", "batch", "iterations",
     "repetition_index",
     "error_message",
 ]
 COUNTERS = ["algbw_GBps", "busbw_GBps", "bw_fraction", "wrong", "calls", "backward_s",
-            "compute_s", "exposed_comm_s", "exposed_comm_median_s", "membw_GBps", "traffic_GBps",
+            "compute_s", "exposed_comm_s", "exposed_comm_median_s", "exposed_comm_ci95_lo_s",
+            "exposed_comm_ci95_hi_s", "membw_GBps", "traffic_GBps",
             "comm_s", "batch"]
 UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 GB_SUFFIXES = ("manual_time", "real_time", "process_time", "repeats:", "min_time:",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_smoke.sh BUILD_DIR: dpbench-micro runs a small filtered set (well under 60 s on 2 cores),
 # writes Google Benchmark JSON, every all-reduce/grad-sync check reports wrong == 0 and nothing
-# failed, scripts/bench_to_csv.py converts the JSON, and Debian's compare.py (libbenchmark-tools)
+# failed, scripts/bench_to_csv.py converts the JSON, scripts/overlap_report.py reads it, and Debian's compare.py (libbenchmark-tools)
 # reads two such files. Registered in CMake with:
 #   add_test(NAME bench_smoke COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/bench_smoke.sh ${CMAKE_BINARY_DIR})
 set -euo pipefail
@@ -45,6 +45,8 @@ for r in runs:
         assert r["busbw_GBps"] > 0 and r["bw_fraction"] > 0, r
     if r["run_name"].startswith("overlap/"):
         assert r["compute_s"] > 0 and r["backward_s"] > 0 and r["calls"] >= 1, r
+        assert (r["exposed_comm_ci95_lo_s"] <= r["exposed_comm_median_s"]
+                <= r["exposed_comm_ci95_hi_s"]), r
 for key in ("cpu_model", "cores", "onednn_version", "git_commit", "dpbench_version"):
     assert key in doc["context"], "context lacks " + key
 print("ok: %d runs, %d checked, all wrong == 0, no errors" % (len(runs), len(checked)))
@@ -63,6 +65,15 @@ assert {r["kind"] for r in rows} == {"membw", "allreduce", "gradsync", "overlap"
 assert all(r["git_commit"] for r in rows)
 print("ok: bench_to_csv.py wrote %d rows" % len(rows))
 EOF
+
+/usr/bin/python3 "$SRC/scripts/overlap_report.py" --reference fused-after "$tmp/a.json" \
+  >"$tmp/overlap.txt" 2>&1 || { echo "FAIL: overlap_report.py"; cat "$tmp/overlap.txt"; exit 1; }
+grep -q "per-param-overlap" "$tmp/overlap.txt" && grep -q "p=" "$tmp/overlap.txt" \
+  || { echo "FAIL: overlap_report.py output"; cat "$tmp/overlap.txt"; exit 1; }
+if /usr/bin/python3 "$SRC/scripts/overlap_report.py" "$tmp/b.json" >/dev/null 2>&1; then
+  echo "FAIL: overlap_report.py accepted a file without overlap runs"; exit 1
+fi
+echo "ok: overlap_report.py"
 
 COMPARE=$(dpkg -L libbenchmark-tools 2>/dev/null | grep '/compare.py$' | head -1 || true)
 COMPARE=${COMPARE:-/usr/share/benchmark/compare.py}

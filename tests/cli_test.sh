@@ -6,7 +6,7 @@ BIN="$1/dpbench"
 fails=0
 expect_fail() {  # expect_fail "needle" args...
   local needle="$1"; shift
-  out=$("$BIN" "$@" 2>&1); rc=$?
+  out=$("$BIN" "$@" 2>&1); rc=$?  # the caller's environment (e.g. DPB_SPIN_US=x expect_fail ...) applies
   if [ $rc -eq 0 ] || ! grep -qF -- "$needle" <<<"$out"; then
     echo "FAIL: dpbench $* -> rc=$rc, expected non-zero and '$needle' in:"; echo "$out" | head -5
     fails=$((fails + 1))
@@ -32,6 +32,7 @@ mkdir "$tmp/bad"
 [ -d /usr/share/datasets/fashion-mnist ] && cp /usr/share/datasets/fashion-mnist/*.gz "$tmp/bad/"
 printf 'garbage' > "$tmp/bad/train-images-idx3-ubyte.gz"
 expect_fail "train-images-idx3-ubyte" train --data-dir "$tmp/bad"
+DPB_SPIN_US=soon expect_fail "DPB_SPIN_US" train --devices 2 --train-limit 64 --test-limit 16
 # A valid tiny run writes a complete CSV with one header and leaves no temporary files behind.
 if [ -d /usr/share/datasets/fashion-mnist ]; then
   "$BIN" train --devices 2 --batch 32 --epochs 1 --train-limit 256 --test-limit 64 --quiet \

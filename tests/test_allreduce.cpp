@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <thread>
@@ -154,6 +156,67 @@ TEST(CommGroup, AbortWakesWaitingRanks) {
     EXPECT_TRUE(group.aborted());
     EXPECT_THROW(group.barrier(0), Error);  // stays aborted
   }
+}
+
+// Both waiting modes: a barrier that releases early or late shows up as a rank seeing a counter
+// of another phase; abort wakes pollers and sleepers alike.
+TEST(HostBarrier, PollingAndSleepingWaitersStayInStep) {
+  for (long spin_ns : {0L, 100000L}) {
+    for (int k : {2, 3, 5}) {  // k > cores polls on an oversubscribed machine: slow but correct
+      HostBarrier bar(k, spin_ns);
+      std::atomic<int> arrived{0}, bad{0};
+      const int kRounds = spin_ns > 0 && k > 2 ? 200 : 2000;
+      on_ranks(k, [&](int) {
+        for (int i = 0; i < kRounds; ++i) {
+          ++arrived;
+          ASSERT_TRUE(bar.arrive_and_wait());
+          if (arrived.load() < (i + 1) * k) ++bad;  // released before everyone arrived
+          ASSERT_TRUE(bar.arrive_and_wait());       // nobody starts round i+1 before all checked
+        }
+      });
+      EXPECT_EQ(bad.load(), 0) << "k=" << k << " spin_ns=" << spin_ns;
+      EXPECT_EQ(arrived.load(), kRounds * k);
+    }
+    HostBarrier bar(3, spin_ns);
+    std::atomic<int> woke{0};
+    on_ranks(3, [&](int r) {
+      if (r == 2) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        bar.abort();
+      } else if (!bar.arrive_and_wait()) {
+        ++woke;
+      }
+    });
+    EXPECT_EQ(woke.load(), 2) << "spin_ns=" << spin_ns;
+  }
+}
+
+TEST(CommGroup, BarrierSpinDefaultAndOverride) {
+  const unsigned hw = std::thread::hardware_concurrency();
+  Ranks two(2);
+  {
+    unsetenv("DPB_SPIN_US");
+    CommGroup group(2, two.raw);
+    EXPECT_EQ(group.barrier_spin_ns(), hw >= 2 ? 100000 : 0);
+  }
+  if (hw > 0) {
+    const int k = int(hw) + 1;  // more ranks than hardware threads: waiters sleep at once
+    Ranks many(k);
+    CommGroup group(k, many.raw);
+    EXPECT_EQ(group.barrier_spin_ns(), 0);
+  }
+  setenv("DPB_SPIN_US", "2.5", 1);
+  EXPECT_EQ(CommGroup(2, two.raw).barrier_spin_ns(), 2500);
+  for (const char* bad : {"", "fast", "-1", "1e9", "5us", "nan"}) {
+    setenv("DPB_SPIN_US", bad, 1);
+    try {
+      CommGroup group(2, two.raw);
+      ADD_FAILURE() << "DPB_SPIN_US='" << bad << "' was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("DPB_SPIN_US"), std::string::npos) << e.what();
+    }
+  }
+  unsetenv("DPB_SPIN_US");
 }
 
 // ---- a forwarding device that can pretend to be CUDA (to run the event handshake) and fail ----
