@@ -39,6 +39,7 @@ struct BenchConfig {
   int lenet_batch = 256;                       // overlap: global batch, split across ranks
   int resnet18_batch = 32;
   double bucket_mb = 25.0;                     // overlap: bucket cap of the bucketed mode
+  int cpu_threads = 0;                         // overlap, CPU: math threads per rank (0: cores/k)
   std::string data_dir;                        // "": $DPBENCH_DATA or the Debian default
 };
 

@@ -59,6 +59,9 @@ dpbench flags (--name=value):
   --dpb_lenet_batch=N       overlap: LeNet global batch (default 256)
   --dpb_resnet18_batch=N    overlap: ResNet-18 global batch (default 32)
   --dpb_bucket_mb=X         overlap: bucket cap of the bucketed mode, MB = 1e6 B (default 25)
+  --dpb_cpu_threads=N       overlap, CPU: math threads per rank (default cores / k, at least
+                            1). Fewer leave cores to the communication threads: on the CPU a
+                            collective is CPU work, so overlap hides it only on spare cores.
   --dpb_data_dir=DIR        Fashion-MNIST (default $DPBENCH_DATA or
                             /usr/share/datasets/fashion-mnist; random pixels when absent)
 Defaults that differ from Google Benchmark's:
@@ -145,6 +148,8 @@ BenchConfig parse_dpb_flags(int* argc, char** argv) {
       cfg.lenet_batch = parse_int(k, v, 1, 60000);
     } else if (k == "--dpb_resnet18_batch") {
       cfg.resnet18_batch = parse_int(k, v, 1, 60000);
+    } else if (k == "--dpb_cpu_threads") {
+      cfg.cpu_threads = parse_int(k, v, 1, 4096);
     } else if (k == "--dpb_bucket_mb") {
       char* end = nullptr;
       cfg.bucket_mb = std::strtod(v.c_str(), &end);
@@ -215,6 +220,10 @@ void add_context(const BenchConfig& cfg, const std::vector<std::string>& backend
   std::string b;
   for (const auto& s : backends) b += (b.empty() ? "" : ",") + s;
   benchmark::AddCustomContext("backends", b);
+  benchmark::AddCustomContext("overlap_cpu_threads_per_rank",
+                              cfg.cpu_threads > 0 ? std::to_string(cfg.cpu_threads) : "cores/k");
+  const char* spin = std::getenv("DPB_SPIN_US");
+  benchmark::AddCustomContext("barrier_spin_us", spin ? spin : "default (100 if ranks <= cores)");
   const std::string dir = dpb::resolve_data_dir(cfg.data_dir);
   benchmark::AddCustomContext("dataset", std::filesystem::exists(dir) ? "fashion-mnist:" + dir
                                                                       : "random pixels (seed 0)");

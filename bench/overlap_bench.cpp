@@ -25,8 +25,10 @@
 //                      overlap
 //       comm_s         host time spent inside collective calls per step (rank 0)
 //       calls          collective calls per step; batch: the global batch
-//     CPU: each rank's device gets max(1, cores / k) math threads; with overlap the rank's
-//     communication thread competes with them for the cores, which is part of what is measured.
+//     CPU: each rank's device gets max(1, cores / k) math threads (--dpb_cpu_threads overrides);
+//     with overlap the rank's communication thread competes with them for the cores, which is
+//     part of what is measured: a CPU collective is CPU work, so overlap can hide it only where
+//     cores are left over (fewer math threads), otherwise only its waiting.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -115,7 +117,8 @@ std::shared_ptr<OvRig> make_ov_rig(BenchEnv& env, Backend b, const std::string& 
   g->ts.assign(k, 0.0);
   g->tb.assign(k, 0.0);
   const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
-  g->ds = std::make_unique<DeviceSet>(b, k, std::max(1, hw / k));
+  g->ds = std::make_unique<DeviceSet>(b, k, env.cfg().cpu_threads > 0 ? env.cfg().cpu_threads
+                                                                     : std::max(1, hw / k));
   g->ar = make_allreduce("ring", *g->ds->group);
   const std::vector<float> init = init_params(model_param_layout(model), 0);
   g->reps.resize(k);

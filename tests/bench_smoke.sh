@@ -14,6 +14,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 "$BIN" --help | grep -q -- "--dpb_max_bytes" || { echo "FAIL: --help lacks our flags"; exit 1; }
 "$BIN" --help | grep -q -- "--benchmark_filter" || { echo "FAIL: --help lacks Google Benchmark's"; exit 1; }
 if "$BIN" --dpb_bogus=1 >/dev/null 2>&1; then echo "FAIL: unknown --dpb_ flag accepted"; exit 1; fi
+if "$BIN" --dpb_cpu_threads=0 >/dev/null 2>&1; then echo "FAIL: --dpb_cpu_threads=0 accepted"; exit 1; fi
 
 FILTER='membw/cpu/copy/threads:2/|allreduce/cpu/(naive|ring)/ranks:(1|2|4)/bytes:(8|4096|516272)/'
 FILTER+='|gradsync/cpu/lenet/(per-param|bucket1MB)/ranks:(2|4)/'
