@@ -5,8 +5,8 @@
 // use, by cudnnFind*AlgorithmEx on the real buffers (like PyTorch's cudnn.benchmark = True) within
 // a workspace of kFindWorkspace bytes, then reused. One workspace per device, grown as needed.
 // Math: CUDNN_FMA_MATH when tf32 is off (CUDNN_DEFAULT_MATH would let cuDNN use TF32 tensor cores
-// on Ampere and later); CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION when tf32 is on, then the math type
-// the found algorithm was timed with.
+// on Ampere and later); CUDNN_DEFAULT_MATH when tf32 is on, then the math type the found
+// algorithm was timed with (never ALLOW_CONVERSION, which may compute in FP16).
 #include <algorithm>
 #include <vector>
 
@@ -39,6 +39,7 @@ const Perf& pick(const std::vector<Perf>& perf, int got, bool tf32, int dir, con
     const Perf& p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS) continue;
     if (!tf32 && is_tensor_op(p.mathType)) continue;
+    if (p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;  // FP16 down-conversion
     if (p.memory > kFindWorkspace) continue;
     return p;
   }
@@ -56,7 +57,10 @@ void fill_conv_plan(CudnnConvPlan& p, const ConvShape& s, bool tf32) {
                                          s.w));
   CUDNN_CHECK(cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, s.k, s.c, s.r,
                                          s.s));
-  cudnnMathType_t math = tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : CUDNN_FMA_MATH;
+  // DEFAULT lets cuDNN use TF32 tensor cores on sm_80 and later (as PyTorch does with
+  // allow_tf32); ALLOW_CONVERSION would also let it convert float32 to FP16, whose range loses
+  // the ~1e-5 gradients of a 1/batch-scaled loss.
+  cudnnMathType_t math = tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
   for (cudnnConvolutionDescriptor_t& c : p.conv) {
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&c));
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(c, s.pad, s.pad, s.stride, s.stride, 1, 1,

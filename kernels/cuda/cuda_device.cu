@@ -70,8 +70,9 @@ CudaDevice::CudaDevice(int rank, int gpu, bool tf32) : rank_(rank), gpu_(gpu), t
     }
     CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
-    for (cudaEvent_t* ev : {&ev_compute_, &ev_comm_, &ev_peer_, &ev_staged_})
+    for (cudaEvent_t* ev : {&ev_compute_, &ev_comm_, &ev_peer_})
       CUDA_CHECK(cudaEventCreateWithFlags(ev, cudaEventDisableTiming));
+    for (Stage& st : stages_) CUDA_CHECK(cudaEventCreateWithFlags(&st.ev, cudaEventDisableTiming));
     for (cudaEvent_t& ev : marks_) CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, compute_));
@@ -96,20 +97,23 @@ void CudaDevice::teardown() noexcept {
   destroy_conv_plans();
   if (cudnn_) cudnnDestroy(cudnn_);
   if (cublas_) cublasDestroy(cublas_);
-  for (cudaEvent_t ev : {ev_compute_, ev_comm_, ev_peer_, ev_staged_})
+  for (cudaEvent_t ev : {ev_compute_, ev_comm_, ev_peer_})
     if (ev) (void)cudaEventDestroy(ev);
+  for (Stage& st : stages_) {
+    if (st.ev) (void)cudaEventDestroy(st.ev);
+    if (st.dev) (void)cudaFree(st.dev);
+    if (st.pinned) (void)cudaFreeHost(st.pinned);
+    st = Stage{};
+  }
   for (cudaEvent_t& ev : marks_)
     if (ev) (void)cudaEventDestroy(ev), ev = nullptr;
-  for (void* p : {static_cast<void*>(ws_), static_cast<void*>(staged_),
-                  static_cast<void*>(scratch_)})
+  for (void* p : {static_cast<void*>(ws_), static_cast<void*>(scratch_)})
     if (p) (void)cudaFree(p);
-  if (pinned_) (void)cudaFreeHost(pinned_);
   for (cudaStream_t st : {compute_, comm_})
     if (st) (void)cudaStreamDestroy(st);
   cudnn_ = nullptr;
   cublas_ = nullptr;
   ws_ = nullptr;
-  staged_ = pinned_ = nullptr;
   scratch_ = nullptr;
   compute_ = comm_ = nullptr;
   (void)cudaGetLastError();
@@ -200,27 +204,31 @@ void* CudaDevice::workspace(size_t bytes) {
   return ws_;
 }
 
-// host bytes -> pinned staging -> device bytes on the compute stream. The pinned buffer is
-// reused once the previous copy out of it has completed (ev_staged_).
+// host bytes -> pinned staging -> device bytes on the compute stream, through the next slot of
+// the staging ring. A slot is reused once the copy out of its pinned buffer has completed (its
+// event, recorded kStages loads ago); its device buffer is read by kernels issued on the same
+// stream before the new copy, so stream order protects it.
 const uint8_t* CudaDevice::stage_bytes(const uint8_t* host, size_t n) {
-  if (n > stage_bytes_) {
-    CUDA_CHECK(cudaStreamSynchronize(compute_));  // old staging buffers may still be in use
-    if (pinned_) CUDA_CHECK(cudaFreeHost(pinned_));
-    if (staged_) CUDA_CHECK(cudaFree(staged_));
-    pinned_ = staged_ = nullptr;
-    stage_bytes_ = 0;
-    cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&pinned_), n, cudaHostAllocDefault);
+  Stage& st = stages_[next_stage_];
+  next_stage_ = (next_stage_ + 1) % kStages;
+  if (st.used) CUDA_CHECK(cudaEventSynchronize(st.ev));
+  if (n > st.bytes) {
+    CUDA_CHECK(cudaStreamSynchronize(compute_));  // kernels may still read the old device buffer
+    if (st.pinned) CUDA_CHECK(cudaFreeHost(st.pinned));
+    if (st.dev) CUDA_CHECK(cudaFree(st.dev));
+    st.pinned = st.dev = nullptr;
+    st.bytes = 0;
+    cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&st.pinned), n, cudaHostAllocDefault);
     if (e != cudaSuccess) fail_alloc(e, "pinned host staging for data loading", n, gpu_);
-    e = cudaMalloc(reinterpret_cast<void**>(&staged_), n);
+    e = cudaMalloc(reinterpret_cast<void**>(&st.dev), n);
     if (e != cudaSuccess) fail_alloc(e, "device staging for data loading", n, gpu_);
-    stage_bytes_ = n;
-  } else {
-    CUDA_CHECK(cudaEventSynchronize(ev_staged_));
+    st.bytes = n;
   }
-  std::memcpy(pinned_, host, n);
-  CUDA_CHECK(cudaMemcpyAsync(staged_, pinned_, n, cudaMemcpyHostToDevice, compute_));
-  CUDA_CHECK(cudaEventRecord(ev_staged_, compute_));
-  return staged_;
+  std::memcpy(st.pinned, host, n);
+  CUDA_CHECK(cudaMemcpyAsync(st.dev, st.pinned, n, cudaMemcpyHostToDevice, compute_));
+  CUDA_CHECK(cudaEventRecord(st.ev, compute_));
+  st.used = true;
+  return st.dev;
 }
 
 // ---- communication ----
@@ -291,7 +299,7 @@ void CudaDevice::comm_wait_compute() {
 
 int CudaDevice::compute_mark() {
   bind();
-  const int token = next_mark_.fetch_add(1) % kMarks;
+  const int token = int(next_mark_.fetch_add(1) % unsigned(kMarks));
   CUDA_CHECK(cudaEventRecord(marks_[token], compute_));
   return token;
 }

@@ -132,19 +132,28 @@ class CudaDevice final : public Device {
   cudaStream_t compute_ = nullptr, comm_ = nullptr;
   static constexpr int kMarks = 256;  // compute_mark ring (more than any step's units)
   cudaEvent_t marks_[kMarks] = {};
-  std::atomic<int> next_mark_{0};
+  std::atomic<unsigned> next_mark_{0};  // unsigned: wraps without a negative index
   cudaEvent_t ev_compute_ = nullptr;  // comm_wait_compute: compute position
   cudaEvent_t ev_comm_ = nullptr;     // compute_wait_comm: comm position
   cudaEvent_t ev_peer_ = nullptr;     // comm_record: waited on by peers' comm streams
-  cudaEvent_t ev_staged_ = nullptr;   // pinned staging is free again once this completes
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   std::map<ConvKey, CudnnConvPlan> conv_plans_;
   void* ws_ = nullptr;
   size_t ws_bytes_ = 0;
-  uint8_t* pinned_ = nullptr;   // host, cudaHostAlloc
-  uint8_t* staged_ = nullptr;   // device
-  size_t stage_bytes_ = 0;
+  // Data loading stages host bytes through a ring of pinned + device buffers, so that the host
+  // waits only for the copy kStages loads back, not for the last step's compute (the copies run
+  // on the compute stream behind it).
+  struct Stage {
+    uint8_t* pinned = nullptr;  // host, cudaHostAlloc
+    uint8_t* dev = nullptr;     // device
+    size_t bytes = 0;
+    cudaEvent_t ev = nullptr;   // recorded after the copy out of `pinned`
+    bool used = false;          // ev has been recorded
+  };
+  static constexpr int kStages = 4;
+  Stage stages_[kStages];
+  int next_stage_ = 0;
   float* scratch_ = nullptr;    // comm staging (device-local), in floats
   size_t scratch_n_ = 0;
 };
