@@ -70,8 +70,8 @@ Defaults that differ from Google Benchmark's:
                             written beside as FILE.tmp.<pid> and renamed into place at the end.
 Environment:
   DPB_SPIN_US=X             how long a rank waiting at a collective's barrier polls before it
-                            sleeps, microseconds (default 100 when ranks <= hardware threads,
-                            else 0)
+                            sleeps, microseconds (default 100 when the ranks, and with overlap
+                            their communication threads, fit the hardware threads; else 0)
 
 )", stdout);
   benchmark::PrintDefaultHelp();
@@ -223,7 +223,7 @@ void add_context(const BenchConfig& cfg, const std::vector<std::string>& backend
   benchmark::AddCustomContext("overlap_cpu_threads_per_rank",
                               cfg.cpu_threads > 0 ? std::to_string(cfg.cpu_threads) : "cores/k");
   const char* spin = std::getenv("DPB_SPIN_US");
-  benchmark::AddCustomContext("barrier_spin_us", spin ? spin : "default (100 if ranks <= cores)");
+  benchmark::AddCustomContext("barrier_spin_us", spin ? spin : "default (100 if ranks (+ comm threads) <= cores)");
   const std::string dir = dpb::resolve_data_dir(cfg.data_dir);
   benchmark::AddCustomContext("dataset", std::filesystem::exists(dir) ? "fashion-mnist:" + dir
                                                                       : "random pixels (seed 0)");

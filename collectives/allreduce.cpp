@@ -66,8 +66,7 @@ static bool needs_events(const std::vector<Device*>& devs) {
   return false;
 }
 
-// CommGroup's barrier polling time; see CommGroup::barrier_spin_ns.
-static long default_spin_ns(int k) {
+long default_barrier_spin_ns(int threads) {
   if (const char* e = std::getenv("DPB_SPIN_US")) {
     char* end = nullptr;
     const double us = std::strtod(e, &end);
@@ -77,12 +76,12 @@ static long default_spin_ns(int k) {
     return long(us * 1000.0);
   }
   const unsigned hw = std::thread::hardware_concurrency();
-  return hw > 0 && unsigned(k) <= hw ? 100000 : 0;
+  return hw > 0 && threads > 0 && unsigned(threads) <= hw ? 100000 : 0;
 }
 
 CommGroup::CommGroup(int k, std::vector<Device*> devices)
     : k_(k), devs_(std::move(devices)), ptrs_(size_t(k > 0 ? k : 0), nullptr),
-      ordered_(false), host_barrier_(k, default_spin_ns(k)) {
+      ordered_(false), host_barrier_(k, default_barrier_spin_ns(k)) {
   DPB_CHECK(k >= 1, "CommGroup: need at least one rank, got " << k);
   DPB_CHECK(devs_.size() == size_t(k),
             "CommGroup: " << k << " ranks but " << devs_.size() << " devices");

@@ -43,11 +43,12 @@ class HostBarrier {
   explicit HostBarrier(int k, long spin_ns = 0) : k_(k), spin_ns_(spin_ns) {}
   bool arrive_and_wait();
   void abort();
-  long spin_ns() const { return spin_ns_; }
+  long spin_ns() const { return spin_ns_.load(std::memory_order_relaxed); }
+  void set_spin_ns(long ns) { spin_ns_.store(ns, std::memory_order_relaxed); }
 
  private:
   const int k_;
-  const long spin_ns_;
+  std::atomic<long> spin_ns_;
   alignas(64) std::atomic<int> count_{0};
   alignas(64) std::atomic<uint32_t> gen_{0};
   std::atomic<bool> aborted_{false};
@@ -58,10 +59,12 @@ class CommGroup {
  public:
   CommGroup(int k, std::vector<Device*> devices);
   int size() const { return k_; }
-  // How long a rank waiting in barrier() polls before sleeping (see HostBarrier). Default: 100 us
-  // when k <= the hardware threads (every rank thread can have a core), else 0; the environment
-  // variable DPB_SPIN_US (microseconds, >= 0) overrides the default.
+  // How long a rank waiting in barrier() polls before sleeping (see HostBarrier). Default:
+  // default_barrier_spin_ns(k). Whoever adds threads that compete for the cores while ranks wait
+  // (GradSync's communication threads with overlap on) should lower it with
+  // set_barrier_spin_ns(default_barrier_spin_ns(their count)); call before any rank runs.
   long barrier_spin_ns() const { return host_barrier_.spin_ns(); }
+  void set_barrier_spin_ns(long ns) { host_barrier_.set_spin_ns(ns); }
   Device& device(int rank) const { return *devs_[rank]; }
   // Publish this rank's buffer and wait until every rank has published (ends with barrier()).
   void exchange(int rank, float* buf);
@@ -111,6 +114,12 @@ std::unique_ptr<AllReduce> make_ring_allreduce(CommGroup& group, size_t piece_fl
 // Defined in collectives/cuda/nccl_allreduce.cu when built with CUDA (DPB_HAVE_CUDA); otherwise
 // in allreduce.cpp, where it throws.
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group);
+
+// Barrier polling for `threads` threads that may be runnable at once (k ranks, plus k
+// communication threads with overlap): 100 us when they fit the hardware threads, else 0 (a
+// poller would take a core from a thread that has work). The environment variable DPB_SPIN_US
+// (microseconds in [0, 1e6]) overrides it; a bad value throws dpb::Error naming it.
+long default_barrier_spin_ns(int threads);
 
 // "516.0 KB": n floats as decimal bytes (B, KB, MB, GB; 1 KB = 1000 B), for labels and tables.
 std::string format_bytes(double bytes);

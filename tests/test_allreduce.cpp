@@ -205,8 +205,16 @@ TEST(CommGroup, BarrierSpinDefaultAndOverride) {
     CommGroup group(k, many.raw);
     EXPECT_EQ(group.barrier_spin_ns(), 0);
   }
+  if (hw > 0) {
+    EXPECT_EQ(default_barrier_spin_ns(int(hw)), 100000);
+    EXPECT_EQ(default_barrier_spin_ns(int(hw) + 1), 0);  // e.g. k ranks + k comm threads > cores
+    CommGroup group(2, two.raw);
+    group.set_barrier_spin_ns(0);
+    EXPECT_EQ(group.barrier_spin_ns(), 0);
+  }
   setenv("DPB_SPIN_US", "2.5", 1);
   EXPECT_EQ(CommGroup(2, two.raw).barrier_spin_ns(), 2500);
+  EXPECT_EQ(default_barrier_spin_ns(1000000), 2500);  // the override wins over the count
   for (const char* bad : {"", "fast", "-1", "1e9", "5us", "nan"}) {
     setenv("DPB_SPIN_US", bad, 1);
     try {
