@@ -120,7 +120,7 @@ std::shared_ptr<OvRig> make_ov_rig(BenchEnv& env, Backend b, const std::string& 
   g->ds = std::make_unique<DeviceSet>(b, k, env.cfg().cpu_threads > 0 ? env.cfg().cpu_threads
                                                                      : std::max(1, hw / k));
   g->ar = make_allreduce("ring", *g->ds->group);
-  if (cfg.overlap) g->ds->group->set_barrier_spin_ns(default_barrier_spin_ns(2 * k));  // + comm threads
+  adapt_barrier_spin(*g->ds->group, cfg);
   const std::vector<float> init = init_params(model_param_layout(model), 0);
   g->reps.resize(k);
   for (int r = 0; r < k; ++r) {

@@ -39,13 +39,13 @@ bool HostBarrier::arrive_and_wait() {
     gen_.notify_all();
     return !aborted_.load();
   }
-  if (spin_ns_ > 0) {  // a waiter put to sleep costs a wake-up (tens of us on a VM): spin first
+  // A waiter put to sleep costs a wake-up (tens of us on a VM): poll first.
+  if (const std::chrono::nanoseconds spin(spin_ns()); spin.count() > 0) {
     const auto t0 = std::chrono::steady_clock::now();
     for (unsigned i = 1;; ++i) {
       if (gen_.load(std::memory_order_acquire) != g || aborted_.load()) return !aborted_.load();
       cpu_relax();
-      if (i % 64 == 0 && std::chrono::steady_clock::now() - t0 > std::chrono::nanoseconds(spin_ns_))
-        break;
+      if (i % 64 == 0 && std::chrono::steady_clock::now() - t0 > spin) break;
     }
   }
   while (gen_.load(std::memory_order_acquire) == g && !aborted_.load()) gen_.wait(g);

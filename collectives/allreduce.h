@@ -61,8 +61,8 @@ class CommGroup {
   int size() const { return k_; }
   // How long a rank waiting in barrier() polls before sleeping (see HostBarrier). Default:
   // default_barrier_spin_ns(k). Whoever adds threads that compete for the cores while ranks wait
-  // (GradSync's communication threads with overlap on) should lower it with
-  // set_barrier_spin_ns(default_barrier_spin_ns(their count)); call before any rank runs.
+  // should lower it before any rank runs (GradSync's communication threads: adapt_barrier_spin
+  // in grad_sync.h).
   long barrier_spin_ns() const { return host_barrier_.spin_ns(); }
   void set_barrier_spin_ns(long ns) { host_barrier_.set_spin_ns(ns); }
   Device& device(int rank) const { return *devs_[rank]; }

@@ -63,6 +63,10 @@ std::vector<Unit> plan_units(const std::vector<size_t>& param_sizes, const GradS
   return units;
 }
 
+void adapt_barrier_spin(CommGroup& group, const GradSyncConfig& cfg) {
+  if (cfg.overlap) group.set_barrier_spin_ns(default_barrier_spin_ns(2 * group.size()));
+}
+
 // ---------------------------------------------------------------- GradSync
 
 using Clock = std::chrono::steady_clock;

@@ -50,6 +50,11 @@ struct Unit {  // a contiguous range of the flat gradient buffer, reduced by one
 // Units in launch order. param_sizes in model order (floats).
 std::vector<Unit> plan_units(const std::vector<size_t>& param_sizes, const GradSyncConfig& cfg);
 
+// Sets the barrier polling of `group` for ranks that run GradSync with cfg: with overlap each
+// rank adds a communication thread that competes for the cores while ranks wait, so the polling
+// is that of 2k threads (see default_barrier_spin_ns). Call before any rank runs.
+void adapt_barrier_spin(CommGroup& group, const GradSyncConfig& cfg);
+
 struct SyncTimes {
   double comm_s = 0;     // host time inside collective calls (on this rank; CUDA: issue time)
   double exposed_s = 0;  // time the calling thread spent in finish()

@@ -46,28 +46,24 @@ cp "$SRC"/tests/cli_test.sh "$BUNDLE.tmp/tests/"
 cp "$SRC"/tests/nvtx/nvtx_test.sh "$BUNDLE.tmp/tests/nvtx/"
 cp "$DATA"/*-ubyte.gz "$BUNDLE.tmp/data/"
 
-# Every shared library the binaries load, except the C library's own and what the GPU machine
-# has (the CUDA math libraries come from its wheels; the driver's libcuda from the driver).
-mapfile -t libs < <(ldd "$BUNDLE.tmp"/bin/* 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' \
-                     | sort -u)
-for lib in "${libs[@]}"; do
-  name=$(basename "$lib")
-  case "$name" in
-    libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|ld-linux*) ;;  # glibc: the machine's
-    libcuda.so.*|libcublas*|libcudnn*|libnccl*|libnvrtc*|libnvJitLink*) ;;   # driver / wheels
-    libstdc++.so.*|libgcc_s.so.*) cp -L "$lib" "$BUNDLE.tmp/lib/fallback/$name" ;;
-    *) cp -L "$lib" "$BUNDLE.tmp/lib/$name" ;;
-  esac
-done
-# oneDNN's libdnnl dlopens nothing we need, but it links libOpenCL: ldd of libdnnl itself.
-for dep in $(ldd "$BUNDLE.tmp"/lib/*.so* 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
-  name=$(basename "$dep")
-  case "$name" in
-    libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|ld-linux*|libcuda.so.*) ;;
-    libstdc++.so.*|libgcc_s.so.*) [ -f "$BUNDLE.tmp/lib/fallback/$name" ] || cp -L "$dep" "$BUNDLE.tmp/lib/fallback/" ;;
-    *) [ -f "$BUNDLE.tmp/lib/$name" ] || cp -L "$dep" "$BUNDLE.tmp/lib/" ;;
-  esac
-done
+# Every shared library the binaries load, and what those load in turn (libdnnl links libOpenCL),
+# except the C library's own and what the GPU machine has (the CUDA math libraries come from its
+# wheels; the driver's libcuda from the driver). libstdc++ and libgcc_s go to lib/fallback.
+bundle_deps() {  # bundle_deps FILE...: copy the libraries FILE... load into the bundle
+  local dep name dest
+  for dep in $(ldd "$@" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
+    name=$(basename "$dep")
+    case "$name" in
+      libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|ld-linux*) continue ;;  # glibc
+      libcuda.so.*|libcublas*|libcudnn*|libnccl*|libnvrtc*|libnvJitLink*) continue ;;   # driver/wheels
+      libstdc++.so.*|libgcc_s.so.*) dest="$BUNDLE.tmp/lib/fallback/$name" ;;
+      *) dest="$BUNDLE.tmp/lib/$name" ;;
+    esac
+    [ -f "$dest" ] || cp -L "$dep" "$dest"
+  done
+}
+bundle_deps "$BUNDLE.tmp"/bin/*
+bundle_deps "$BUNDLE.tmp"/lib/*.so*
 strip --strip-unneeded "$BUNDLE.tmp"/lib/*.so* "$BUNDLE.tmp"/lib/fallback/*.so* 2>/dev/null || true
 for big in "$BUNDLE.tmp"/lib/libdnnl.so*; do xz -T0 -6 "$big"; done  # 40 MB -> ~7 MB
 

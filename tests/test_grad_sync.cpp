@@ -3,6 +3,8 @@
 // communication thread surfacing from finish(). Run: ./dpb_tests --gtest_filter='GradSync*'
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <atomic>
 #include <exception>
 #include <functional>
@@ -140,6 +142,20 @@ TEST(GradSync, ExactReducedGradients) {
   // Gradients ready in forward order: units still launch in plan order on every rank.
   check_sync(2, "ring", config(SyncMode::Bucketed, true, 0.1), true);
   check_sync(3, "ring", config(SyncMode::PerParam, true), true);
+}
+
+// Overlap adds a communication thread per rank: the group polls as for 2k threads.
+TEST(GradSync, OverlapAdaptsBarrierSpin) {
+  unsetenv("DPB_SPIN_US");
+  std::vector<std::unique_ptr<Device>> devs;
+  std::vector<Device*> raw;
+  for (int r = 0; r < 2; ++r) devs.push_back(make_cpu_device(r, 1)), raw.push_back(devs.back().get());
+  CommGroup group(2, raw);
+  const long before = group.barrier_spin_ns();
+  adapt_barrier_spin(group, GradSyncConfig{SyncMode::Bucketed, false, 25.0});
+  EXPECT_EQ(group.barrier_spin_ns(), before);  // no comm threads: unchanged
+  adapt_barrier_spin(group, GradSyncConfig{SyncMode::Bucketed, true, 25.0});
+  EXPECT_EQ(group.barrier_spin_ns(), default_barrier_spin_ns(4));
 }
 
 TEST(GradSync, MisuseIsAnError) {

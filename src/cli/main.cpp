@@ -128,7 +128,8 @@ int main(int argc, char** argv) {
   tr->footer(
       "Environment: DPBENCH_DATA (data directory), DPB_SPIN_US (microseconds a rank waiting at a "
       "collective's barrier polls before it sleeps; default 100 when the devices, and with --overlap "
-      "on their communication threads, fit the hardware threads, else 0), OMP_WAIT_POLICY (OpenMP's, for the CPU backend's math threads).");
+      "on their communication threads, fit the hardware threads, else 0), OMP_WAIT_POLICY "
+      "(OpenMP's, for the CPU backend's math threads).");
   tr->add_option("--model", cfg.model, "lenet | resnet18")->check(CLI::IsMember({"lenet", "resnet18"}))
       ->capture_default_str();
   tr->add_option("--backend", backend, "auto | cpu | cuda (auto: cuda when built and a GPU is found)")

@@ -108,8 +108,7 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data,
     result.device_names.push_back(reps[r].dev->name());
   }
   CommGroup group(k, devptrs);
-  // With overlap each rank adds a communication thread that competes for the cores.
-  if (cfg.sync.overlap) group.set_barrier_spin_ns(default_barrier_spin_ns(2 * k));
+  adapt_barrier_spin(group, cfg.sync);
   auto allreduce = make_allreduce(cfg.allreduce, group);
   const std::vector<ParamInfo> layout = model_param_layout(cfg.model);
   const std::vector<float> init = init_params(layout, cfg.seed);
