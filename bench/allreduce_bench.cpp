@@ -1,7 +1,8 @@
 // allreduce_bench.cpp: the all-reduce sweep and the CPU memory-bandwidth bound.
 //
 //   allreduce/<backend>/<algorithm>/ranks:<k>[/shared]/bytes:<n>
-//     k persistent rank threads, each with its own device (CPU: 1 math thread) and n-byte buffer.
+//     One per algorithm of the table in collectives/registry.h that runs on the backend with k
+//     ranks (the harness never names an algorithm). k persistent rank threads, each with its own device (CPU: 1 math thread) and n-byte buffer.
 //     Per iteration every rank passes a device-ordered barrier, then times its own run(); the
 //     iteration time is the slowest rank's (host clock on the CPU, CUDA events on the comm stream).
 //     Counters (nccl-tests definitions): algbw_GBps = n / time / 1e9,
@@ -13,7 +14,9 @@
 //     k threads each memcpy 64 MiB with Device::comm_copy; membw_GBps = bytes read + written by
 //     all threads / slowest thread's time.
 //
-// Memory-traffic model (bytes loaded + stored by the algorithm's loops, for n bytes per rank):
+// Memory-traffic model (bytes loaded + stored by the algorithm's loops, for n bytes per rank);
+// each algorithm's factor is in its entry of collectives/registry.cpp (traffic_factor), and an
+// algorithm without a model (traffic_factor 0, e.g. nccl) gets no traffic counters:
 //   ring:  reduce-scatter, k-1 steps, each rank loads its chunk and the left neighbour's and
 //          stores its chunk: 3n/k; all-gather, k-1 steps, load the neighbour's chunk, store own:
 //          2n/k. All ranks together: 5(k-1)n.
@@ -32,17 +35,12 @@
 #include <string>
 
 #include "bench/bench.h"
+#include "collectives/registry.h"
 #include "src/core/check.h"
 #include "src/model/model.h"
 
 namespace dpb::bench {
 namespace {
-
-double traffic_bytes(const std::string& alg, int k, size_t bytes) {
-  if (alg == "ring") return 5.0 * (k - 1) * double(bytes);
-  if (alg == "naive") return 7.0 * (k - 1) * double(bytes);
-  return 0.0;
-}
 
 // rank r, element i: (r+1)*((i%5)+1); the sum over k ranks is ((i%5)+1)*k(k+1)/2.
 void fill_pattern(Device& dev, float* buf, size_t n, int r, std::vector<float>& host) {
@@ -140,11 +138,15 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
   const double mean = st.iterations() > 0 ? total / double(st.iterations()) : 0.0;
   const double algbw = mean > 0 ? double(bytes) / mean / 1e9 : 0.0;
   st.counters["algbw_GBps"] = algbw;
-  st.counters["busbw_GBps"] = algbw * 2.0 * (k - 1) / k;
+  st.counters["busbw_GBps"] = algbw * allreduce_bus_factor(k);
   st.counters["wrong"] = double(g->wrong);
   st.counters["bytes"] = double(bytes);
-  if (b == Backend::Cpu) {
-    const double traffic = mean > 0 ? traffic_bytes(alg, k, bytes) / mean / 1e9 : 0.0;
+  // The algorithm that ran (auto picks one per size): named in the label, its traffic model used.
+  const std::string ran = g->ar->choice(g->n);
+  if (ran != alg) st.SetLabel("ran " + ran);
+  const double factor = find_allreduce(ran).traffic_factor;
+  if (b == Backend::Cpu && factor > 0) {
+    const double traffic = mean > 0 ? factor * (k - 1) * double(bytes) / mean / 1e9 : 0.0;
     st.counters["traffic_GBps"] = traffic;
     st.counters["membw_GBps"] = g->bound;
     st.counters["bw_fraction"] = g->bound > 0 ? traffic / g->bound : 0.0;
@@ -192,7 +194,7 @@ size_t cap_for(const BenchConfig& cfg, Backend b, int k) {
 
 void register_membw(BenchEnv& env) {
   for (int k : env.cfg().ranks) {
-    const std::string name = "membw/cpu/copy/threads:" + std::to_string(k);
+    const std::string name = bench_name("membw", Backend::Cpu, {"copy"}, k);
     benchmark::RegisterBenchmark(name.c_str(), [k](benchmark::State& st) { bm_membw(st, k); })
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
@@ -200,19 +202,19 @@ void register_membw(BenchEnv& env) {
 }
 
 void register_allreduce(BenchEnv& env, Backend b) {
-  std::vector<std::string> algs = {"naive", "ring"};
-  if (b == Backend::Cuda) algs.push_back("nccl");
-  for (const std::string& alg : algs) {
+  const BackendKind kind = b == Backend::Cpu ? BackendKind::Cpu : BackendKind::Cuda;
+  for (const AllReduceEntry& e : allreduce_algorithms()) {
+    const std::string alg = e.name;
     for (int k : env.cfg().ranks) {
+      if (!allreduce_refusal(e, k, kind).empty()) continue;  // e.g. nccl on the CPU
       const size_t cap = cap_for(env.cfg(), b, k);
       std::vector<size_t> sizes;
       for (size_t s = 8; s <= cap; s *= 2) sizes.push_back(s);
-      for (const char* m : {"lenet", "resnet18"})  // the real gradient sizes
-        if (model_bytes(m) <= cap) sizes.push_back(model_bytes(m));
+      for (const ModelEntry& m : models())  // the real gradient sizes
+        if (model_bytes(m.name) <= cap) sizes.push_back(model_bytes(m.name));
       std::sort(sizes.begin(), sizes.end());
       for (size_t bytes : sizes) {
-        const std::string name = std::string("allreduce/") + backend_name(b) + "/" + alg + "/" +
-                                 ranks_label(b, k) + "/bytes:" + std::to_string(bytes);
+        const std::string name = bench_name("allreduce", b, {alg}, k, bytes);
         benchmark::RegisterBenchmark(name.c_str(),
                                      [&env, name, b, alg, k, bytes](benchmark::State& st) {
                                        bm_allreduce(st, env, name, b, alg, k, bytes);

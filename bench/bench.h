@@ -173,8 +173,12 @@ struct DeviceSet {
   int size() const { return int(devs.size()); }
 };
 
-// Rank-count suffix of benchmark names: "ranks:4", or "ranks:4/shared" when CUDA ranks share GPUs.
-std::string ranks_label(Backend b, int k);
+// Every benchmark name, built here and parsed by scripts/benchnames.py (the one parser the
+// scripts share): <family>/<backend>/<what...>/ranks:<k>[/shared][/bytes:<n>], where "shared"
+// marks CUDA ranks sharing GPUs and bytes is given for sizes > 0. The membw family counts
+// threads instead: membw/cpu/copy/threads:<k>.
+std::string bench_name(const std::string& family, Backend b, const std::vector<std::string>& what,
+                       int k, size_t bytes = 0);
 
 // Registration, one function per benchmark family (each in its own file).
 void register_membw(BenchEnv& env);        // allreduce_bench.cpp

@@ -131,9 +131,13 @@ DeviceSet::DeviceSet(Backend b, int k, int cpu_threads) {
   group = std::make_unique<CommGroup>(k, ptrs);
 }
 
-std::string ranks_label(Backend b, int k) {
-  std::string s = "ranks:" + std::to_string(k);
+std::string bench_name(const std::string& family, Backend b, const std::vector<std::string>& what,
+                       int k, size_t bytes) {
+  std::string s = family + "/" + backend_name(b);
+  for (const std::string& w : what) s += "/" + w;
+  s += (family == "membw" ? "/threads:" : "/ranks:") + std::to_string(k);
   if (b == Backend::Cuda && k > cuda_device_count()) s += "/shared";
+  if (bytes > 0) s += "/bytes:" + std::to_string(bytes);
   return s;
 }
 

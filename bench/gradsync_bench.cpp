@@ -27,12 +27,17 @@ struct GsMode {
   GradSyncConfig cfg;
 };
 
+// Every mode of the table (grad_sync.h); the bucketed one at three caps, named bucket<cap>MB.
 std::vector<GsMode> gradsync_modes() {
   std::vector<GsMode> m;
-  m.push_back({"per-param", {SyncMode::PerParam, false, 25.0}});
-  m.push_back({"fused", {SyncMode::Fused, false, 25.0}});
-  for (double mb : {1.0, 5.0, 25.0})
-    m.push_back({"bucket" + std::to_string(int(mb)) + "MB", {SyncMode::Bucketed, false, mb}});
+  for (const SyncModeEntry& e : sync_modes()) {
+    if (e.mode != SyncMode::Bucketed) {
+      m.push_back({e.name, {e.mode, false, 25.0}});
+      continue;
+    }
+    for (double mb : {1.0, 5.0, 25.0})
+      m.push_back({"bucket" + std::to_string(int(mb)) + "MB", {e.mode, false, mb}});
+  }
   return m;
 }
 
@@ -139,12 +144,12 @@ void bm_gradsync(benchmark::State& st, BenchEnv& env, const std::string& name, B
 }  // namespace
 
 void register_gradsync(BenchEnv& env, Backend b) {
-  for (const char* model : {"lenet", "resnet18"}) {
+  for (const ModelEntry& model_entry : models()) {
+    const std::string& model = model_entry.name;
     for (const GsMode& m : gradsync_modes()) {
       for (int k : env.cfg().ranks) {
-        const std::string name = std::string("gradsync/") + backend_name(b) + "/" + model + "/" +
-                                 m.name + "/" + ranks_label(b, k);
-        const std::string mdl = model;
+        const std::string name = bench_name("gradsync", b, {model, m.name}, k);
+        const std::string mdl = model;  // copied into the benchmark's closure
         const GradSyncConfig cfg = m.cfg;
         benchmark::RegisterBenchmark(name.c_str(),
                                      [&env, name, b, mdl, cfg, k](benchmark::State& st) {

@@ -20,7 +20,10 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "collectives/registry.h"
+#include "src/core/registry.h"
 #include "src/data/dataset.h"
+#include "src/model/model.h"
 
 #ifndef DPB_VERSION
 #define DPB_VERSION "0.1"  // keep in step with project(VERSION) until CMake passes DPB_VERSION
@@ -31,19 +34,24 @@ namespace {
 using dpb::bench::BenchConfig;
 
 void print_usage() {
-  std::fputs(R"(dpbench-micro: microbenchmarks of dpbench's collectives and training steps.
+  const std::string algs = dpb::entry_names(dpb::allreduce_algorithms(), "|");
+  const std::string models = dpb::entry_names(dpb::models(), "|");
+  std::printf(R"(dpbench-micro: microbenchmarks of dpbench's collectives and training steps.
 
 Benchmarks (names are filterable with --benchmark_filter=REGEX):
   membw/cpu/copy/threads:<k>                          memcpy bandwidth bound (read + written)
-  allreduce/<backend>/<naive|ring|nccl>/ranks:<k>/bytes:<n>
-                                                      counters algbw_GBps, busbw_GBps, wrong,
-                                                      CPU: traffic_GBps, membw_GBps, bw_fraction
-  gradsync/<backend>/<lenet|resnet18>/<per-param|fused|bucket1MB|bucket5MB|bucket25MB>/ranks:<k>
+  allreduce/<backend>/<%s>/ranks:<k>/bytes:<n>
+                                                      every algorithm of the table that runs on
+                                                      the backend with k ranks (dpbench train
+                                                      --help lists them); counters algbw_GBps,
+                                                      busbw_GBps, wrong, CPU: traffic_GBps,
+                                                      membw_GBps, bw_fraction
+  gradsync/<backend>/<%s>/<per-param|fused|bucket1MB|bucket5MB|bucket25MB>/ranks:<k>
                                                       counters calls, bytes, busbw_GBps, wrong
   overlap/<backend>/<lenet|resnet18>/<fused-after|per-param-after|per-param-overlap|
           bucket25MB-overlap>/ranks:<k>               counters compute_s, backward_s,
                                                       exposed_comm_s, exposed_comm_median_s and
-                                                      its 95% interval (exposed_comm_ci95_lo_s,
+                                                      its 95%% interval (exposed_comm_ci95_lo_s,
                                                       _hi_s), comm_s, calls; compare modes with
                                                       scripts/overlap_report.py
   CUDA ranks beyond the GPU count share GPUs: their names carry "ranks:<k>/shared".
@@ -73,7 +81,7 @@ Environment:
                             sleeps, microseconds (default 100 when the ranks, and with overlap
                             their communication threads, fit the hardware threads; else 0)
 
-)", stdout);
+)", algs.c_str(), models.c_str());
   benchmark::PrintDefaultHelp();
 }
 

@@ -217,8 +217,7 @@ void register_overlap(BenchEnv& env, Backend b) {
     for (const OvMode& m : overlap_modes(env.cfg().bucket_mb)) {
       for (int k : env.cfg().ranks) {
         if (gb < k) continue;  // every rank needs an example
-        const std::string name = std::string("overlap/") + backend_name(b) + "/" + model + "/" +
-                                 m.name + "/" + ranks_label(b, k);
+        const std::string name = bench_name("overlap", b, {model, m.name}, k);
         const std::string mdl = model;
         const GradSyncConfig cfg = m.cfg;
         benchmark::RegisterBenchmark(name.c_str(),

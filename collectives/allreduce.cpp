@@ -1,7 +1,7 @@
 // allreduce.cpp: CommGroup (published pointers, device-ordered barrier, abort), the host barrier,
-// and make_allreduce, which picks an algorithm and wraps it with an NVTX range and
-// abort-on-failure. The algorithms themselves live in naive.cpp, ring.cpp and (CUDA)
-// cuda/nccl_allreduce.cu. Tested by tests/test_allreduce.cpp.
+// and make_allreduce, which finds an algorithm in the table (registry.cpp) and wraps it with an
+// NVTX range and abort-on-failure. The algorithms live in one file each (naive.cpp, ring.cpp,
+// cuda/nccl_allreduce.cu, ...). Tested by tests/test_allreduce.cpp.
 #include "collectives/allreduce.h"
 
 #include <chrono>
@@ -14,6 +14,7 @@
 #endif
 #include <exception>
 
+#include "collectives/registry.h"
 #include "src/core/check.h"
 #include "src/core/nvtx.h"
 
@@ -151,6 +152,8 @@ class Traced final : public AllReduce {
   Traced(std::unique_ptr<AllReduce> inner, CommGroup& group)
       : inner_(std::move(inner)), group_(group), label_("allreduce " + inner_->name() + " ") {}
   std::string name() const override { return inner_->name(); }
+  std::string choice(size_t n) const override { return inner_->choice(n); }
+  std::string describe() const override { return inner_->describe(); }
   void run(int rank, float* buf, size_t n) override {
     NvtxRange range(label_ + format_bytes(double(n) * sizeof(float)));
     try {
@@ -176,21 +179,12 @@ class Traced final : public AllReduce {
 
 }  // namespace
 
-std::unique_ptr<AllReduce> make_allreduce(const std::string& algorithm, CommGroup& group) {
-  std::unique_ptr<AllReduce> inner;
-  if (algorithm == "naive") {
-    inner = make_naive_allreduce(group);
-  } else if (algorithm == "ring") {
-    inner = make_ring_allreduce(group);
-  } else if (algorithm == "nccl") {
-    DPB_CHECK(group.device(0).kind() == BackendKind::Cuda,
-              "--allreduce nccl needs --backend cuda (this run uses the CPU backend; use naive or "
-              "ring)");
-    inner = make_nccl_allreduce(group);
-  } else {
-    DPB_CHECK(false, "unknown --allreduce '" << algorithm << "' (valid: naive, ring, nccl)");
-  }
-  return std::make_unique<Traced>(std::move(inner), group);
+std::unique_ptr<AllReduce> make_allreduce(const std::string& algorithm, CommGroup& group,
+                                          const AllReduceOptions& opts) {
+  const AllReduceEntry& e = find_allreduce(algorithm);
+  const std::string why = allreduce_refusal(e, group.size(), group.device(0).kind());
+  DPB_CHECK(why.empty(), why);
+  return std::make_unique<Traced>(e.make(group, opts), group);
 }
 
 #ifndef DPB_HAVE_CUDA

@@ -7,12 +7,8 @@
 // dev.compute_wait_comm() or dev.comm_synchronize() before using the buffer). Calls are
 // collective: all ranks must make the same sequence of calls with the same n.
 //
-//   naive: d2l's textbook version: device 0 copies every replica's buffer to itself, sums, and
-//          copies the result back to every replica (collectives/naive.cpp).
-//   ring:  reduce-scatter then all-gather over k chunks (sizes differ by at most one), 2(k-1)
-//          steps, each rank reducing its own chunk with loads from its left neighbour
-//          (collectives/ring.cpp).
-//   nccl:  ncclAllReduce (CUDA backend only; collectives/cuda/nccl_allreduce.cu).
+// The algorithms are listed, with where they run and their constraints, in one table:
+// collectives/registry.h (naive, ring, nccl, ...; `dpbench train --help` prints it).
 //
 // Failure: when one rank's call throws, make_allreduce's wrapper aborts the group, so the other
 // ranks' calls throw too (instead of waiting forever in a barrier). A trainer whose rank fails
@@ -95,16 +91,26 @@ class AllReduce {
  public:
   virtual ~AllReduce() = default;
   virtual std::string name() const = 0;
+  // The algorithm run() uses for n floats (differs from name() only for choices such as auto).
+  virtual std::string choice(size_t n) const { (void)n; return name(); }
+  // What this object runs, for results files: the name, or e.g. "auto: naive<=32KB, ring".
+  virtual std::string describe() const { return name(); }
   virtual void run(int rank, float* buf, size_t n) = 0;
   // Makes every rank's current and later run() throw instead of waiting for `rank` (used on
   // failure; see the header comment). make_allreduce's objects abort their CommGroup.
   virtual void abort(int rank, const std::string& why) { (void)rank; (void)why; }
 };
 
-// algorithm: "naive" | "ring" | "nccl". Throws dpb::Error naming the algorithm when unknown or
-// not available on this group's backend. The result traces every run() as an NVTX range
-// ("allreduce ring 516.0 KB") and aborts the group when a rank's run() throws.
-std::unique_ptr<AllReduce> make_allreduce(const std::string& algorithm, CommGroup& group);
+struct AllReduceOptions {
+  std::string tune_file;  // auto: the tuning table (JSON); "": the built-in default
+};
+
+// algorithm: a name in the table of collectives/registry.h. Throws dpb::Error naming the algorithm
+// when it is unknown, not available on this group's backend or refuses this rank count. The
+// result traces every run() as an NVTX range ("allreduce ring 516.0 KB") and aborts the group
+// when a rank's run() throws.
+std::unique_ptr<AllReduce> make_allreduce(const std::string& algorithm, CommGroup& group,
+                                          const AllReduceOptions& opts = {});
 
 // The bare algorithms (no tracing, no abort on failure); use make_allreduce.
 std::unique_ptr<AllReduce> make_naive_allreduce(CommGroup& group);

@@ -9,58 +9,77 @@
 #include <cmath>
 
 #include "src/core/check.h"
+#include "src/core/registry.h"
 
 namespace dpb {
 
+namespace {
+
+Unit unit_of(const std::vector<size_t>& offset, int first, int last) {
+  return Unit{offset[first], offset[last + 1] - offset[first], first, last};
+}
+
+std::vector<Unit> plan_per_param(const std::vector<size_t>& offset, const GradSyncConfig&) {
+  std::vector<Unit> units;
+  for (int p = int(offset.size()) - 2; p >= 0; --p) units.push_back(unit_of(offset, p, p));
+  return units;
+}
+
+std::vector<Unit> plan_fused(const std::vector<size_t>& offset, const GradSyncConfig&) {
+  return {unit_of(offset, 0, int(offset.size()) - 2)};
+}
+
+// Parameters in reverse order into buckets of at most bucket_mb * 1e6 bytes; a parameter larger
+// than the cap gets a bucket of its own.
+std::vector<Unit> plan_bucketed(const std::vector<size_t>& offset, const GradSyncConfig& cfg) {
+  DPB_CHECK(std::isfinite(cfg.bucket_mb) && cfg.bucket_mb > 0,
+            "--bucket-mb must be a positive number, got " << cfg.bucket_mb);
+  const double cap = cfg.bucket_mb * 1e6;  // bytes
+  std::vector<Unit> units;
+  const int P = int(offset.size()) - 1;
+  int last = P - 1;  // the open bucket is [p+1, last]
+  for (int p = P - 1; p >= 0; --p) {
+    const double bytes = double(offset[last + 1] - offset[p]) * sizeof(float);
+    if (p < last && bytes > cap) {  // p does not fit: close [p+1, last], open one at p
+      units.push_back(unit_of(offset, p + 1, last));
+      last = p;
+    }
+  }
+  units.push_back(unit_of(offset, 0, last));
+  return units;
+}
+
+}  // namespace
+
+const std::vector<SyncModeEntry>& sync_modes() {
+  static const std::vector<SyncModeEntry> table = {
+      {"per-param", "one all-reduce per parameter tensor, in backward's order (d2l's loop)",
+       SyncMode::PerParam, plan_per_param},
+      {"fused", "one all-reduce over the whole flat gradient buffer", SyncMode::Fused, plan_fused},
+      {"bucketed", "buckets of --bucket-mb in backward's order (PyTorch DDP)", SyncMode::Bucketed,
+       plan_bucketed},
+  };
+  return table;
+}
+
 SyncMode parse_sync_mode(const std::string& s) {
-  if (s == "per-param") return SyncMode::PerParam;
-  if (s == "fused") return SyncMode::Fused;
-  if (s == "bucketed") return SyncMode::Bucketed;
-  DPB_CHECK(false, "unknown gradient sync mode '" << s << "' (valid: per-param, fused, bucketed)");
+  return lookup_entry(sync_modes(), s, "--grad-sync", "gradient sync mode").mode;
 }
 
 std::string to_string(SyncMode m) {
-  switch (m) {
-    case SyncMode::PerParam: return "per-param";
-    case SyncMode::Fused: return "fused";
-    case SyncMode::Bucketed: return "bucketed";
-  }
+  for (const SyncModeEntry& e : sync_modes())
+    if (e.mode == m) return e.name;
   return "?";
 }
 
 std::vector<Unit> plan_units(const std::vector<size_t>& param_sizes, const GradSyncConfig& cfg) {
   const int P = int(param_sizes.size());
+  if (P == 0) return {};
   std::vector<size_t> offset(P + 1, 0);  // model order: param p occupies [offset[p], offset[p+1])
   for (int p = 0; p < P; ++p) offset[p + 1] = offset[p] + param_sizes[p];
-  auto unit = [&](int first, int last) {
-    return Unit{offset[first], offset[last + 1] - offset[first], first, last};
-  };
-  std::vector<Unit> units;
-  if (P == 0) return units;
-  switch (cfg.mode) {
-    case SyncMode::PerParam:
-      for (int p = P - 1; p >= 0; --p) units.push_back(unit(p, p));
-      break;
-    case SyncMode::Fused:
-      units.push_back(unit(0, P - 1));
-      break;
-    case SyncMode::Bucketed: {
-      DPB_CHECK(std::isfinite(cfg.bucket_mb) && cfg.bucket_mb > 0,
-                "--bucket-mb must be a positive number, got " << cfg.bucket_mb);
-      const double cap = cfg.bucket_mb * 1e6;  // bytes
-      int last = P - 1;                        // the open bucket is [p+1, last]
-      for (int p = P - 1; p >= 0; --p) {
-        const double bytes = double(offset[last + 1] - offset[p]) * sizeof(float);
-        if (p < last && bytes > cap) {  // p does not fit: close [p+1, last], open one at p
-          units.push_back(unit(p + 1, last));
-          last = p;
-        }
-      }
-      units.push_back(unit(0, last));
-      break;
-    }
-  }
-  return units;
+  for (const SyncModeEntry& e : sync_modes())
+    if (e.mode == cfg.mode) return e.plan(offset, cfg);
+  DPB_CHECK(false, "gradient sync mode " << int(cfg.mode) << " has no entry in sync_modes()");
 }
 
 void adapt_barrier_spin(CommGroup& group, const GradSyncConfig& cfg) {

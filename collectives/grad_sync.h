@@ -33,8 +33,6 @@
 namespace dpb {
 
 enum class SyncMode { PerParam, Fused, Bucketed };
-SyncMode parse_sync_mode(const std::string& s);  // throws naming the value
-std::string to_string(SyncMode m);
 
 struct GradSyncConfig {
   SyncMode mode = SyncMode::Fused;
@@ -46,6 +44,19 @@ struct Unit {  // a contiguous range of the flat gradient buffer, reduced by one
   size_t offset = 0, count = 0;
   int first_param = 0, last_param = 0;  // inclusive range of parameter indices
 };
+
+// The table of modes (the --grad-sync choices, --help, validation and tests read it). Adding a
+// mode: an enum value, its plan function and one entry in grad_sync.cpp.
+struct SyncModeEntry {
+  std::string name;  // --grad-sync value
+  std::string help;  // one line for --help
+  SyncMode mode;
+  // Units in launch order; offset[p] is parameter p's start in the flat buffer (P + 1 values).
+  std::vector<Unit> (*plan)(const std::vector<size_t>& offset, const GradSyncConfig& cfg);
+};
+const std::vector<SyncModeEntry>& sync_modes();
+SyncMode parse_sync_mode(const std::string& s);  // throws "--grad-sync: unknown ..." naming s
+std::string to_string(SyncMode m);
 
 // Units in launch order. param_sizes in model order (floats).
 std::vector<Unit> plan_units(const std::vector<size_t>& param_sizes, const GradSyncConfig& cfg);

@@ -1,7 +1,8 @@
-// test_allreduce.cpp: CommGroup, naive and ring all-reduce on the CPU backend (one thread per
-// rank), every element checked on every rank against an exactly representable sum; the
-// CUDA-style event handshake of the barrier, checked with a recording device; make_allreduce's
-// errors; abort on failure. Run: ./dpb_tests --gtest_filter='AllReduce*:CommGroup*'
+// test_allreduce.cpp: CommGroup and every all-reduce algorithm of the table
+// (collectives/registry.h) that runs on every backend, on the CPU backend (one thread per rank),
+// every element checked on every rank against an exactly representable sum; the CUDA-style event
+// handshake of the barrier, checked with a recording device; make_allreduce's errors and rank
+// count refusals; abort on failure. Run: ./dpb_tests --gtest_filter='AllReduce*:CommGroup*'
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -14,7 +15,9 @@
 
 #include "tests/rank_threads.h"
 #include "collectives/allreduce.h"
+#include "collectives/registry.h"
 #include "src/core/check.h"
+#include "src/core/registry.h"
 
 namespace dpb {
 namespace {
@@ -56,11 +59,20 @@ void check_allreduce(AllReduce& ar, CommGroup& group, size_t n, int rounds) {
   });
 }
 
+// The algorithms written over Device's primitives (they run on every backend) that accept k ranks.
+std::vector<std::string> portable_algorithms(int k) {
+  std::vector<std::string> names;
+  for (const AllReduceEntry& e : allreduce_algorithms())
+    if (e.runs_on.empty() && allreduce_refusal(e, k, BackendKind::Cpu).empty())
+      names.push_back(e.name);
+  return names;
+}
+
 TEST(AllReduce, ExactSumsEveryRankEveryElement) {
-  for (int k : {1, 2, 3, 4, 8}) {
+  for (int k = 1; k <= 8; ++k) {
     Ranks ranks(k);
     CommGroup group(k, ranks.raw);
-    for (const char* algo : {"naive", "ring"}) {
+    for (const std::string& algo : portable_algorithms(k)) {
       auto ar = make_allreduce(algo, group);
       EXPECT_EQ(ar->name(), algo);
       // One group and one object for all sizes: repeated calls, growing and shrinking.
@@ -111,7 +123,8 @@ TEST(AllReduce, FactoryErrors) {
     FAIL() << "no error for an unknown algorithm";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'tree'"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("naive, ring, nccl"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(entry_names(allreduce_algorithms())), std::string::npos)
+        << e.what();
   }
   try {
     make_allreduce("nccl", group);
@@ -124,6 +137,28 @@ TEST(AllReduce, FactoryErrors) {
 #endif
   EXPECT_THROW(CommGroup(0, {}), Error);
   EXPECT_THROW(CommGroup(2, {ranks.raw[0]}), Error);
+}
+
+// An algorithm that refuses a rank count does so when it is made, naming itself and k; every
+// algorithm accepts some k in 2..8.
+TEST(AllReduce, RefusedRankCountsNameTheAlgorithmAndK) {
+  for (const AllReduceEntry& e : allreduce_algorithms()) {
+    if (!e.runs_on.empty()) continue;
+    int accepted = 0;
+    for (int k = 1; k <= 9; ++k) {
+      const std::string why = allreduce_refusal(e, k, BackendKind::Cpu);
+      if (why.empty()) {
+        accepted += k >= 2;
+        continue;
+      }
+      EXPECT_NE(why.find(e.name), std::string::npos) << why;
+      EXPECT_NE(why.find(std::to_string(k)), std::string::npos) << why;
+      Ranks ranks(k);
+      CommGroup group(k, ranks.raw);
+      EXPECT_THROW(make_allreduce(e.name, group), Error) << e.name << " k=" << k;
+    }
+    EXPECT_GT(accepted, 0) << e.name;
+  }
 }
 
 TEST(AllReduce, FormatBytes) {
@@ -309,7 +344,7 @@ TEST(CommGroup, EventHandshakeWhenDevicesAreNotCpu) {
       raw.push_back(devs.back().get());
     }
     CommGroup group(k, raw);
-    for (const char* algo : {"naive", "ring"}) {
+    for (const std::string& algo : portable_algorithms(k)) {
       auto ar = make_allreduce(algo, group);
       for (size_t n : {size_t(1), size_t(k + 1), size_t(100003)}) check_allreduce(*ar, group, n, 2);
     }
@@ -324,8 +359,11 @@ TEST(CommGroup, EventHandshakeWhenDevicesAreNotCpu) {
 }
 
 TEST(AllReduce, FailureOnOneRankAbortsTheOthers) {
-  const int k = 3;
-  for (const char* algo : {"ring", "naive"}) {
+  for (const AllReduceEntry& e : allreduce_algorithms()) {
+    if (!e.runs_on.empty()) continue;
+    int k = 3;  // the first k >= 3 the algorithm accepts
+    while (!allreduce_refusal(e, k, BackendKind::Cpu).empty()) ++k;
+    const std::string algo = e.name;
     Shared sh(k);
     std::vector<std::unique_ptr<RecordingDevice>> devs;
     std::vector<Device*> raw;
@@ -333,7 +371,7 @@ TEST(AllReduce, FailureOnOneRankAbortsTheOthers) {
       devs.push_back(std::make_unique<RecordingDevice>(r, sh, false));
       raw.push_back(devs.back().get());
     }
-    // naive reduces on rank 0 only; ring on every rank: fail on rank 0's second reduce.
+    // Fail on rank 0's second reduce (naive reduces on rank 0 only, the others on every rank).
     devs[0]->fail_reduce_after = 1;
     CommGroup group(k, raw);
     auto ar = make_allreduce(algo, group);

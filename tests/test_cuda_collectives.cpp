@@ -1,4 +1,5 @@
-// test_cuda_collectives.cpp: naive, ring and NCCL all-reduce on CUDA devices for k = 1..4 ranks
+// test_cuda_collectives.cpp: every all-reduce algorithm of the table (collectives/registry.h)
+// that runs on CUDA (naive, ring, NCCL, ...), on CUDA devices for k = 1..4 ranks
 // (rank r on GPU r mod count, so ranks share GPUs when there are fewer than k), on inputs whose
 // sums are exact in float: rank r holds (r + 1) * (i % 7 + 1), every rank must end with
 // k (k + 1) / 2 * (i % 7 + 1) in every element. NCCL with ranks sharing a GPU is skipped, with
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "collectives/allreduce.h"
+#include "collectives/registry.h"
 #include "kernels/cuda/cuda_device.h"
 #include "src/core/check.h"
 
@@ -92,10 +94,11 @@ void check_allreduce(AllReduce& ar, CommGroup& group, size_t n) {
 
 const std::vector<size_t> kSizes = {0, 1, 3, 4, 1000, 1027, (size_t(1) << 20) + 7, 5};
 
-void run_algorithm(const char* algo) {
+void run_algorithm(const std::string& algo) {
   std::string skipped;
   const int ngpu = cuda_device_count();
   for (int k = 1; k <= 4; ++k) {
+    if (!allreduce_refusal(find_allreduce(algo), k, BackendKind::Cuda).empty()) continue;
     SCOPED_TRACE(std::string(algo) + " k=" + std::to_string(k) + " on " + std::to_string(ngpu) +
                  " GPU(s)");
     Ranks ranks(k);
@@ -106,7 +109,7 @@ void run_algorithm(const char* algo) {
     } catch (const Error& e) {
       std::string m = e.what();
       // The only accepted refusal: NCCL with ranks sharing a GPU, naming the way to allow it.
-      if (std::string(algo) == "nccl" && k > ngpu &&
+      if (algo == "nccl" && k > ngpu &&
           m.find("NCCL_MULTI_RANK_GPU_ENABLE") != std::string::npos) {
         skipped += "\n  k=" + std::to_string(k) + ": " + m;
         continue;
@@ -120,20 +123,25 @@ void run_algorithm(const char* algo) {
   if (!skipped.empty()) GTEST_SKIP() << "ranks sharing a GPU, refused by NCCL:" << skipped;
 }
 
-TEST(CudaCollectives, NaiveExactSums) {
-  REQUIRE_GPU();
-  run_algorithm("naive");
+// The algorithms of the table that run on CUDA devices.
+std::vector<std::string> cuda_algorithms() {
+  std::vector<std::string> names;
+  for (const AllReduceEntry& e : allreduce_algorithms())
+    if (allreduce_refusal(e, 2, BackendKind::Cuda).empty() ||
+        allreduce_refusal(e, 4, BackendKind::Cuda).empty())
+      names.push_back(e.name);
+  return names;
 }
 
-TEST(CudaCollectives, RingExactSums) {
+class CudaCollectivesExact : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaCollectivesExact, ExactSums) {
   REQUIRE_GPU();
-  run_algorithm("ring");
+  run_algorithm(GetParam());
 }
 
-TEST(CudaCollectives, NcclExactSums) {
-  REQUIRE_GPU();
-  run_algorithm("nccl");
-}
+INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, CudaCollectivesExact, ::testing::ValuesIn(cuda_algorithms()),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 // NCCL needs CUDA devices; a CPU rank is refused by name, not crashed on.
 TEST(CudaCollectives, NcclRefusesCpuDevices) {
@@ -151,8 +159,8 @@ TEST(CudaCollectives, ResultOrderedBeforeComputeAfterComputeWaitComm) {
   const int k = 2, ngpu = cuda_device_count();
   Ranks ranks(k);
   CommGroup group(k, ranks.raw);
-  for (const char* algo : {"naive", "ring", "nccl"}) {
-    if (std::string(algo) == "nccl" && ngpu < k) continue;
+  for (const std::string& algo : cuda_algorithms()) {
+    if (algo == "nccl" && ngpu < k) continue;
     auto ar = make_allreduce(algo, group);
     const size_t n = size_t(1) << 22;
     std::vector<Buffer> bufs(k), outs(k);

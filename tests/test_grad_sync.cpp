@@ -1,5 +1,6 @@
 // test_grad_sync.cpp: gradient-sync plans (per-param, fused, bucketed on LeNet's parameter
-// sizes), exact reduced gradients with overlap on and off for k = 2, 3, 4, and errors from the
+// sizes), exact reduced gradients for every mode with overlap on and off for k = 2, 3, 4 and for
+// every all-reduce algorithm of the table under bucketed overlap, and errors from the
 // communication thread surfacing from finish(). Run: ./dpb_tests --gtest_filter='GradSync*'
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 
 #include "tests/rank_threads.h"
 #include "collectives/grad_sync.h"
+#include "collectives/registry.h"
 #include "src/core/check.h"
 
 namespace dpb {
@@ -77,8 +79,10 @@ TEST(GradSync, Plans) {
 }
 
 TEST(GradSync, ParseMode) {
-  for (auto m : {SyncMode::PerParam, SyncMode::Fused, SyncMode::Bucketed})
-    EXPECT_EQ(parse_sync_mode(to_string(m)), m);
+  for (const SyncModeEntry& m : sync_modes()) {
+    EXPECT_EQ(parse_sync_mode(m.name), m.mode);
+    EXPECT_EQ(to_string(m.mode), m.name);
+  }
   try {
     parse_sync_mode("layerwise");
     FAIL();
@@ -133,12 +137,14 @@ void check_sync(int k, const std::string& algo, const GradSyncConfig& cfg, bool 
 
 TEST(GradSync, ExactReducedGradients) {
   for (int k : {2, 3, 4})
-    for (bool overlap : {false, true}) {
-      check_sync(k, "ring", config(SyncMode::PerParam, overlap), false);
-      check_sync(k, "ring", config(SyncMode::Fused, overlap), false);
-      check_sync(k, "ring", config(SyncMode::Bucketed, overlap, 0.1), false);
-    }
-  check_sync(3, "naive", config(SyncMode::Bucketed, true, 0.1), false);
+    for (bool overlap : {false, true})
+      for (const SyncModeEntry& m : sync_modes())
+        check_sync(k, "ring", config(m.mode, overlap, 0.1), false);
+  // Every algorithm that runs on every backend, under the busiest mode (bucketed with overlap).
+  for (const AllReduceEntry& e : allreduce_algorithms())
+    for (int k : {3, 4})
+      if (e.runs_on.empty() && allreduce_refusal(e, k, BackendKind::Cpu).empty())
+        check_sync(k, e.name, config(SyncMode::Bucketed, true, 0.1), false);
   // Gradients ready in forward order: units still launch in plan order on every rank.
   check_sync(2, "ring", config(SyncMode::Bucketed, true, 0.1), true);
   check_sync(3, "ring", config(SyncMode::PerParam, true), true);

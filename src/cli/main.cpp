@@ -9,7 +9,10 @@
 #include <sstream>
 #include <thread>
 
+#include "collectives/registry.h"
+#include "src/core/backends.h"
 #include "src/core/check.h"
+#include "src/core/registry.h"
 #include "src/core/files.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
@@ -38,6 +41,22 @@ std::string csv_row(const TrainConfig& c, const Dataset& d, bool quick, bool sha
     << s.exposed_comm_s << ',' << s.comm_calls << ',' << int(s.replicas_in_sync) << ','
     << s.max_replica_diff;
   return o.str();
+}
+
+// "a | b | c (more)": an option's choices from its table.
+template <class Entry>
+std::string choices(const std::vector<Entry>& table, const std::string& before,
+                    const std::string& after) {
+  return before + entry_names(table, " | ") + " " + after;
+}
+
+// The all-reduce table for --help: name, help and where each algorithm runs.
+std::string allreduce_table_help() {
+  std::string s;
+  for (const AllReduceEntry& e : allreduce_algorithms())
+    s += "  " + e.name + std::string(e.name.size() < 10 ? 10 - e.name.size() : 1, ' ') + e.help +
+         " [" + allreduce_runs_on(e) + "]\n";
+  return s;
 }
 
 std::string pick_backend(const std::string& b) {
@@ -126,14 +145,20 @@ int main(int argc, char** argv) {
 
   auto* tr = app.add_subcommand("train", "train a model data-parallel and report per epoch");
   tr->footer(
-      "Environment: DPBENCH_DATA (data directory), DPB_SPIN_US (microseconds a rank waiting at a "
+      "Models:\n" + entry_help(models()) + "Backends:\n" + entry_help(backends()) +
+      "All-reduce algorithms (where they run):\n" + allreduce_table_help() +
+      "Gradient sync modes:\n" + entry_help(sync_modes()) +
+      "\nEnvironment: DPBENCH_DATA (data directory), DPB_SPIN_US (microseconds a rank waiting at a "
       "collective's barrier polls before it sleeps; default 100 when the devices, and with --overlap "
       "on their communication threads, fit the hardware threads, else 0), OMP_WAIT_POLICY "
       "(OpenMP's, for the CPU backend's math threads).");
-  tr->add_option("--model", cfg.model, "lenet | resnet18")->check(CLI::IsMember({"lenet", "resnet18"}))
-      ->capture_default_str();
-  tr->add_option("--backend", backend, "auto | cpu | cuda (auto: cuda when built and a GPU is found)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  tr->add_option("--model", cfg.model, choices(models(), "", "(see Models below)"))
+      ->check(CLI::IsMember(entry_name_list(models())))->capture_default_str();
+  std::vector<std::string> backend_names = {"auto"};
+  for (const auto& b : backends()) backend_names.push_back(b.name);
+  tr->add_option("--backend", backend,
+                 choices(backends(), "auto | ", "(auto: cuda when built and a GPU is found)"))
+      ->check(CLI::IsMember(backend_names))->capture_default_str();
   tr->add_option("--devices", cfg.devices, "number of logical devices (ranks)")
       ->check(CLI::Range(1, 64))->capture_default_str();
   tr->add_option("--batch", cfg.batch, "global minibatch size (split across devices)")
@@ -144,10 +169,11 @@ int main(int argc, char** argv) {
   tr->add_option("--warmup-epochs", cfg.warmup_epochs,
                  "gradual warmup: lr ramps linearly from lr/devices to lr over these epochs")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  tr->add_option("--allreduce", cfg.allreduce, "naive | ring | nccl")
-      ->check(CLI::IsMember({"naive", "ring", "nccl"}))->capture_default_str();
-  tr->add_option("--grad-sync", sync_mode, "per-param | fused | bucketed")
-      ->check(CLI::IsMember({"per-param", "fused", "bucketed"}))->capture_default_str();
+  tr->add_option("--allreduce", cfg.allreduce,
+                 choices(allreduce_algorithms(), "", "(see All-reduce algorithms below)"))
+      ->check(CLI::IsMember(entry_name_list(allreduce_algorithms())))->capture_default_str();
+  tr->add_option("--grad-sync", sync_mode, choices(sync_modes(), "", "(see below)"))
+      ->check(CLI::IsMember(entry_name_list(sync_modes())))->capture_default_str();
   tr->add_option("--overlap", overlap, "on | off: all-reduce gradients while backward runs")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   tr->add_option("--bucket-mb", cfg.sync.bucket_mb, "bucket cap in MB (1e6 bytes) for bucketed")

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "src/core/check.h"
+#include "src/core/registry.h"
 
 namespace dpb {
 
@@ -24,13 +25,22 @@ std::vector<size_t> Model::param_sizes() const {
   return s;
 }
 
-bool is_model_name(const std::string& name) { return name == "lenet" || name == "resnet18"; }
+const std::vector<ModelEntry>& models() {
+  static const std::vector<ModelEntry> table = {
+      {"lenet", "LeNet as in the d2l seeds: 2 conv + 2 dense layers, ReLU (129,068 parameters)",
+       make_lenet},
+      {"resnet18", "ResNet-18 as in the d2l seeds, batch norm (11,175,818 parameters)",
+       make_resnet18},
+  };
+  return table;
+}
+
+bool is_model_name(const std::string& name) { return find_entry(models(), name) != nullptr; }
 
 std::unique_ptr<Model> make_model(const std::string& name, Device& dev, int max_batch) {
+  const ModelEntry& m = lookup_entry(models(), name, "--model", "model");
   DPB_CHECK(max_batch >= 1, "model batch must be >= 1, got " << max_batch);
-  if (name == "lenet") return make_lenet(dev, max_batch);
-  if (name == "resnet18") return make_resnet18(dev, max_batch);
-  DPB_CHECK(false, "--model: unknown model '" << name << "' (valid: lenet, resnet18)");
+  return m.make(dev, max_batch);
 }
 
 uint64_t splitmix64(uint64_t& state) {

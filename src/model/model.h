@@ -64,7 +64,17 @@ class Model {
   ParamTable table_;
 };
 
-// name: "lenet" | "resnet18"; throws dpb::Error naming the value otherwise.
+// The table of models (the --model choices, --help, validation, benchmarks and tests read it).
+// Adding a model: its file (src/model/<name>.cpp, a Model subclass over Device) and one entry
+// in model.cpp.
+struct ModelEntry {
+  std::string name;  // --model value
+  std::string help;  // one line for --help
+  std::unique_ptr<Model> (*make)(Device& dev, int max_batch);
+};
+const std::vector<ModelEntry>& models();
+
+// name: an entry of models(); throws dpb::Error naming the value otherwise.
 std::unique_ptr<Model> make_model(const std::string& name, Device& dev, int max_batch);
 bool is_model_name(const std::string& name);
 // The parameter layout without allocating anything on a device (for planning and benchmarks).

@@ -11,8 +11,11 @@
 #include <thread>
 
 #include "collectives/allreduce.h"
+#include "collectives/registry.h"
+#include "src/core/backends.h"
 #include "src/core/check.h"
 #include "src/core/nvtx.h"
+#include "src/core/registry.h"
 #include "src/model/model.h"
 
 namespace dpb {
@@ -56,10 +59,9 @@ double lr_at(const TrainConfig& cfg, double epoch_progress) {
 }  // namespace
 
 void validate(const TrainConfig& cfg, const Dataset& data) {
-  DPB_CHECK(is_model_name(cfg.model), "--model: unknown model '" << cfg.model
-                                                                 << "' (valid: lenet, resnet18)");
-  DPB_CHECK(cfg.backend == "cpu" || cfg.backend == "cuda",
-            "--backend: unknown backend '" << cfg.backend << "' (valid: auto, cpu, cuda)");
+  DPB_CHECK(is_model_name(cfg.model), "--model: unknown model '" << cfg.model << "' (valid: "
+                                                                 << entry_names(models()) << ")");
+  const BackendEntry& backend = find_backend(cfg.backend);
   DPB_CHECK(cfg.devices >= 1 && cfg.devices <= 64,
             "--devices: must be between 1 and 64, got " << cfg.devices);
   DPB_CHECK(cfg.batch >= cfg.devices, "--batch: the global batch (" << cfg.batch
@@ -70,19 +72,14 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
   DPB_CHECK(cfg.warmup_epochs >= 0, "--warmup-epochs: must be >= 0, got " << cfg.warmup_epochs);
   DPB_CHECK(cfg.sync.bucket_mb > 0, "--bucket-mb: must be > 0, got " << cfg.sync.bucket_mb);
   DPB_CHECK(cfg.threads >= 0, "--threads: must be >= 0, got " << cfg.threads);
-  DPB_CHECK(cfg.allreduce == "naive" || cfg.allreduce == "ring" || cfg.allreduce == "nccl",
-            "--allreduce: unknown algorithm '" << cfg.allreduce << "' (valid: naive, ring, nccl)");
-  DPB_CHECK(cfg.allreduce != "nccl" || cfg.backend == "cuda",
-            "--allreduce nccl: needs --backend cuda (NCCL runs on GPUs only)");
+  const std::string why = allreduce_refusal(find_allreduce(cfg.allreduce), cfg.devices, backend.kind);
+  DPB_CHECK(why.empty(), why);
   DPB_CHECK(data.train.n >= cfg.devices, "training set: " << data.train.n
                                              << " examples is fewer than the device count "
                                              << cfg.devices);
   DPB_CHECK(data.test.n >= 1, "test set is empty");
-  if (cfg.backend == "cuda") {
-    DPB_CHECK(cuda_built(), "--backend cuda: this dpbench was built without the CUDA backend");
-    DPB_CHECK(cuda_device_count() > 0, "--backend cuda: no CUDA GPU found (driver or device "
-                                       "missing); use --backend cpu");
-  }
+  const std::string unavailable = backend.unavailable();
+  DPB_CHECK(unavailable.empty(), "--backend " << cfg.backend << ": " << unavailable);
 }
 
 TrainResult train(const TrainConfig& cfg, const Dataset& data,
@@ -102,8 +99,7 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data,
   std::vector<Replica> reps(k);
   std::vector<Device*> devptrs;
   for (int r = 0; r < k; ++r) {
-    reps[r].dev = cfg.backend == "cuda" ? make_cuda_device(r, r % ngpu, cfg.tf32)
-                                        : make_cpu_device(r, threads);
+    reps[r].dev = make_device(cfg.backend, r, DeviceOptions{threads, cfg.tf32});
     devptrs.push_back(reps[r].dev.get());
     result.device_names.push_back(reps[r].dev->name());
   }

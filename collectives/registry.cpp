@@ -1,0 +1,45 @@
+// registry.cpp: the all-reduce algorithm table (see registry.h). One entry per algorithm.
+#include "collectives/registry.h"
+
+#include "src/core/backends.h"
+#include "src/core/registry.h"
+
+namespace dpb {
+
+const std::vector<AllReduceEntry>& allreduce_algorithms() {
+  static const std::vector<AllReduceEntry> table = {
+      {"naive", "d2l's textbook version: rank 0 gathers, sums and scatters (baseline)", {},
+       nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_naive_allreduce(g); }, 7},
+      {"ring", "reduce-scatter + all-gather around a ring, 2(k-1) steps", {}, nullptr,
+       [](CommGroup& g, const AllReduceOptions&) { return make_ring_allreduce(g); }, 5},
+      {"nccl", "ncclAllReduce (NCCL picks its own algorithm)", {BackendKind::Cuda}, nullptr,
+       [](CommGroup& g, const AllReduceOptions&) { return make_nccl_allreduce(g); }, 0},
+  };
+  return table;
+}
+
+const AllReduceEntry& find_allreduce(const std::string& name) {
+  return lookup_entry(allreduce_algorithms(), name, "--allreduce", "algorithm");
+}
+
+std::string allreduce_runs_on(const AllReduceEntry& e) {
+  if (e.runs_on.empty()) return "every backend";
+  std::string s;
+  for (BackendKind k : e.runs_on) s += (s.empty() ? "" : ", ") + backend_of_kind(k).name;
+  return s;
+}
+
+std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind) {
+  bool here = e.runs_on.empty();
+  for (BackendKind b : e.runs_on) here = here || b == kind;
+  if (!here) {
+    std::string others;
+    for (const AllReduceEntry& o : allreduce_algorithms())
+      if (o.runs_on.empty()) others += (others.empty() ? "" : ", ") + o.name;
+    return "--allreduce " + e.name + " needs --backend " + allreduce_runs_on(e) + " (this run uses the " +
+           backend_of_kind(kind).name + " backend; use " + others + ")";
+  }
+  return e.refuse_ranks ? e.refuse_ranks(k) : "";
+}
+
+}  // namespace dpb

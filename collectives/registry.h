@@ -1,0 +1,41 @@
+// registry.h: the table of all-reduce algorithms. An entry gives the --allreduce name, one line of
+// help, the backends it runs on, its constraints on the rank count k, its factory and its
+// memory-traffic model. make_allreduce, the trainer's validate(), the CLI's choices and --help,
+// dpbench-micro's registrations and counters, and the test loops all read this table.
+// Adding an algorithm: its file (collectives/<name>.cpp, written over Device's comm primitives
+// and CommGroup like naive.cpp and ring.cpp) and one entry in registry.cpp.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/allreduce.h"
+
+namespace dpb {
+
+struct AllReduceEntry {
+  std::string name;  // --allreduce value
+  std::string help;  // one line for --help
+  // Backends whose devices it runs on; empty: every backend (written over Device's primitives).
+  std::vector<BackendKind> runs_on;
+  // nullptr: any k. Else "" when k ranks are allowed, or why not, naming the algorithm and k.
+  std::string (*refuse_ranks)(int k);
+  std::unique_ptr<AllReduce> (*make)(CommGroup& group, const AllReduceOptions& opts);
+  // CPU memory-traffic model: bytes loaded + stored by all ranks together for one all-reduce of
+  // n bytes per rank = traffic_factor * (k - 1) * n (see bench/allreduce_bench.cpp). 0: no model
+  // (benchmarks then report no traffic counters rather than a made-up zero).
+  double traffic_factor;
+};
+
+const std::vector<AllReduceEntry>& allreduce_algorithms();
+// The entry called name; throws "--allreduce: unknown algorithm 'x' (valid: ...)".
+const AllReduceEntry& find_allreduce(const std::string& name);
+// "" when `e` may run with k ranks on devices of this kind, else the reason (names e and k).
+std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind);
+// "cpu, cuda" or "every backend": where the entry runs, for --help and messages.
+std::string allreduce_runs_on(const AllReduceEntry& e);
+// nccl-tests' bus-bandwidth factor of all-reduce, the same for every algorithm so that numbers
+// compare across algorithms and rank counts: busbw = algbw * 2(k-1)/k.
+inline double allreduce_bus_factor(int k) { return k > 1 ? 2.0 * (k - 1) / k : 0.0; }
+
+}  // namespace dpb

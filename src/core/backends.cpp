@@ -1,0 +1,58 @@
+// backends.cpp: the backend table (see backends.h).
+#include "src/core/backends.h"
+
+#include "src/core/check.h"
+#include "src/core/registry.h"
+
+namespace dpb {
+namespace {
+
+std::string cpu_unavailable() { return ""; }
+std::unique_ptr<Device> make_cpu(int rank, const DeviceOptions& o) {
+  return make_cpu_device(rank, o.threads);
+}
+
+std::string cuda_unavailable() {
+  if (!cuda_built())
+    return "this dpbench was built without the CUDA backend (reconfigure with -DDPB_CUDA=ON on a "
+           "machine with the CUDA toolkit)";
+  if (cuda_device_count() == 0) return "no CUDA GPU found (driver or device missing)";
+  return "";
+}
+// Rank r on GPU r mod count: ranks share GPUs when there are more ranks than GPUs.
+std::unique_ptr<Device> make_cuda(int rank, const DeviceOptions& o) {
+  const int ngpu = cuda_device_count();
+  DPB_CHECK(ngpu > 0, "--backend cuda: " << cuda_unavailable());
+  return make_cuda_device(rank, rank % ngpu, o.tf32);
+}
+
+}  // namespace
+
+const std::vector<BackendEntry>& backends() {
+  static const std::vector<BackendEntry> table = {
+      {"cpu", "oneDNN kernels, one host thread per rank; comm ops are memcpy/adds in shared memory",
+       BackendKind::Cpu, cpu_unavailable, make_cpu},
+      {"cuda", "cuDNN/cuBLAS kernels, rank r on GPU r mod count, comm and compute streams",
+       BackendKind::Cuda, cuda_unavailable, make_cuda},
+  };
+  return table;
+}
+
+const BackendEntry& find_backend(const std::string& name) {
+  return lookup_entry(backends(), name, "--backend", "backend");
+}
+
+const BackendEntry& backend_of_kind(BackendKind kind) {
+  for (const BackendEntry& b : backends())
+    if (b.kind == kind) return b;
+  DPB_CHECK(false, "no backend entry for device kind " << int(kind));
+}
+
+std::unique_ptr<Device> make_device(const std::string& name, int rank, const DeviceOptions& opts) {
+  const BackendEntry& b = find_backend(name);
+  const std::string why = b.unavailable();
+  DPB_CHECK(why.empty(), "--backend " << name << ": " << why);
+  return b.make(rank, opts);
+}
+
+}  // namespace dpb

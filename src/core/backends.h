@@ -1,0 +1,35 @@
+// backends.h: the table of device backends. An entry names a backend, says in one line what it is,
+// whether it can run here, and makes rank r's Device. The trainer, dpbench-micro, the CLI's
+// --backend choices and validation read this table. Adding a backend: its Device in its own file
+// (kernels/<name>/) and one entry in backends.cpp.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/core/device.h"
+
+namespace dpb {
+
+struct DeviceOptions {
+  int threads = 1;     // CPU math threads per device
+  bool tf32 = false;   // CUDA: allow TF32 tensor-core math
+};
+
+struct BackendEntry {
+  std::string name;  // --backend value
+  std::string help;  // one line for --help
+  BackendKind kind;  // what its devices report (the all-reduce table's "runs on" refers to it)
+  std::string (*unavailable)();  // "" when this build and machine can run it, else why not
+  std::unique_ptr<Device> (*make)(int rank, const DeviceOptions& opts);  // rank r's device
+};
+
+const std::vector<BackendEntry>& backends();
+// The entry called name; throws "--backend: unknown backend 'x' (valid: ...)".
+const BackendEntry& find_backend(const std::string& name);
+// The first entry whose devices have this kind (its name for messages: "cpu", "cuda").
+const BackendEntry& backend_of_kind(BackendKind kind);
+// Rank r's device on backend `name`; throws naming the backend when it cannot run here.
+std::unique_ptr<Device> make_device(const std::string& name, int rank, const DeviceOptions& opts);
+
+}  // namespace dpb
