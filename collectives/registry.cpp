@@ -6,12 +6,16 @@
 
 namespace dpb {
 
+std::unique_ptr<AllReduce> make_direct_allreduce(CommGroup& group);  // direct.cpp
+
 const std::vector<AllReduceEntry>& allreduce_algorithms() {
   static const std::vector<AllReduceEntry> table = {
       {"naive", "d2l's textbook version: rank 0 gathers, sums and scatters (baseline)", {},
        nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_naive_allreduce(g); }, 7},
       {"ring", "reduce-scatter + all-gather around a ring, 2(k-1) steps", {}, nullptr,
        [](CommGroup& g, const AllReduceOptions&) { return make_ring_allreduce(g); }, 5},
+      {"direct", "every rank sums its 1/k from all peers, then gathers: 2 barriers", {}, nullptr,
+       [](CommGroup& g, const AllReduceOptions&) { return make_direct_allreduce(g); }, 5},
       {"nccl", "ncclAllReduce (NCCL picks its own algorithm)", {BackendKind::Cuda}, nullptr,
        [](CommGroup& g, const AllReduceOptions&) { return make_nccl_allreduce(g); }, 0},
   };
