@@ -7,6 +7,8 @@
 namespace dpb {
 
 std::unique_ptr<AllReduce> make_direct_allreduce(CommGroup& group);  // direct.cpp
+std::unique_ptr<AllReduce> make_rhd_allreduce(CommGroup& group);     // rhd.cpp
+std::string rhd_refuse_ranks(int k);                                  // rhd.cpp
 
 const std::vector<AllReduceEntry>& allreduce_algorithms() {
   static const std::vector<AllReduceEntry> table = {
@@ -16,6 +18,9 @@ const std::vector<AllReduceEntry>& allreduce_algorithms() {
        [](CommGroup& g, const AllReduceOptions&) { return make_ring_allreduce(g); }, 5},
       {"direct", "every rank sums its 1/k from all peers, then gathers: 2 barriers", {}, nullptr,
        [](CommGroup& g, const AllReduceOptions&) { return make_direct_allreduce(g); }, 5},
+      {"rhd", "recursive halving and doubling (Rabenseifner), 2 log2(k) steps; k a power of two",
+       {}, rhd_refuse_ranks,
+       [](CommGroup& g, const AllReduceOptions&) { return make_rhd_allreduce(g); }, 5},
       {"nccl", "ncclAllReduce (NCCL picks its own algorithm)", {BackendKind::Cuda}, nullptr,
        [](CommGroup& g, const AllReduceOptions&) { return make_nccl_allreduce(g); }, 0},
   };
