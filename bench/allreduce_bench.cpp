@@ -105,7 +105,7 @@ std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, Backend b, const std::string& 
   g->n = bytes / sizeof(float);
   if (b == Backend::Cpu && k > 1) g->bound = env.membw_bound_gbps(k);  // before any timing
   g->ds = std::make_unique<DeviceSet>(b, k, 1);
-  g->ar = make_allreduce(alg, *g->ds->group);
+  g->ar = make_allreduce(alg, *g->ds->group, AllReduceOptions{env.cfg().tune_file});
   for (int r = 0; r < k; ++r) {
     Device& dev = (*g->ds)[r];
     g->bufs.emplace_back(dev, g->n, "all-reduce buffer");
@@ -141,9 +141,10 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
   st.counters["busbw_GBps"] = algbw * allreduce_bus_factor(k);
   st.counters["wrong"] = double(g->wrong);
   st.counters["bytes"] = double(bytes);
-  // The algorithm that ran (auto picks one per size): named in the label, its traffic model used.
+  // The algorithm that ran (auto picks one per size): named in the label with auto's rules; its
+  // traffic model is the one used.
   const std::string ran = g->ar->choice(g->n);
-  if (ran != alg) st.SetLabel("ran " + ran);
+  if (g->ar->describe() != alg) st.SetLabel("ran " + ran + " | " + g->ar->describe());
   const double factor = find_allreduce(ran).traffic_factor;
   if (b == Backend::Cpu && factor > 0) {
     const double traffic = mean > 0 ? factor * (k - 1) * double(bytes) / mean / 1e9 : 0.0;

@@ -41,6 +41,7 @@ struct BenchConfig {
   double bucket_mb = 25.0;                     // overlap: bucket cap of the bucketed mode
   int cpu_threads = 0;                         // overlap, CPU: math threads per rank (0: cores/k)
   std::string data_dir;                        // "": $DPBENCH_DATA or the Debian default
+  std::string tune_file;                       // allreduce auto: tuning table ("": built-in)
 };
 
 // Fixed global training batch for the overlap benchmarks (images uint8 28x28, labels 0..9).

@@ -21,6 +21,7 @@
 
 #include "bench/bench.h"
 #include "collectives/registry.h"
+#include "collectives/tuning.h"
 #include "src/core/registry.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
@@ -70,6 +71,10 @@ dpbench flags (--name=value):
   --dpb_cpu_threads=N       overlap, CPU: math threads per rank (default cores / k, at least
                             1). Fewer leave cores to the communication threads: on the CPU a
                             collective is CPU work, so overlap hides it only on spare cores.
+  --dpb_tune_file=FILE      allreduce/<backend>/auto: tuning table (JSON written by
+                            scripts/tune_allreduce.py; default: the compiled-in
+                            collectives/tuning/default.json). Each auto benchmark's label
+                            names the algorithm it ran; the context has the table's rules.
   --dpb_data_dir=DIR        Fashion-MNIST (default $DPBENCH_DATA or
                             /usr/share/datasets/fashion-mnist; random pixels when absent)
 Defaults that differ from Google Benchmark's:
@@ -165,6 +170,13 @@ BenchConfig parse_dpb_flags(int* argc, char** argv) {
         die(k + ": expected a positive number, got '" + v + "'");
     } else if (k == "--dpb_data_dir") {
       cfg.data_dir = v;
+    } else if (k == "--dpb_tune_file") {
+      cfg.tune_file = v;
+      try {
+        dpb::load_tune_file(v);
+      } catch (const std::exception& e) {
+        die(e.what());
+      }
     } else {
       die("unknown flag " + k);
     }
@@ -232,6 +244,9 @@ void add_context(const BenchConfig& cfg, const std::vector<std::string>& backend
                               cfg.cpu_threads > 0 ? std::to_string(cfg.cpu_threads) : "cores/k");
   const char* spin = std::getenv("DPB_SPIN_US");
   benchmark::AddCustomContext("barrier_spin_us", spin ? spin : "default (100 if ranks (+ comm threads) <= cores)");
+  benchmark::AddCustomContext("allreduce_auto_table",
+                              cfg.tune_file.empty() ? "default (collectives/tuning/default.json)"
+                                                    : cfg.tune_file);
   const std::string dir = dpb::resolve_data_dir(cfg.data_dir);
   benchmark::AddCustomContext("dataset", std::filesystem::exists(dir) ? "fashion-mnist:" + dir
                                                                       : "random pixels (seed 0)");

@@ -9,6 +9,7 @@ namespace dpb {
 std::unique_ptr<AllReduce> make_direct_allreduce(CommGroup& group);  // direct.cpp
 std::unique_ptr<AllReduce> make_rhd_allreduce(CommGroup& group);     // rhd.cpp
 std::string rhd_refuse_ranks(int k);                                  // rhd.cpp
+std::unique_ptr<AllReduce> make_auto_allreduce(CommGroup& g, const AllReduceOptions& o);  // auto.cpp
 
 const std::vector<AllReduceEntry>& allreduce_algorithms() {
   static const std::vector<AllReduceEntry> table = {
@@ -21,6 +22,8 @@ const std::vector<AllReduceEntry>& allreduce_algorithms() {
       {"rhd", "recursive halving and doubling (Rabenseifner), 2 log2(k) steps; k a power of two",
        {}, rhd_refuse_ranks,
        [](CommGroup& g, const AllReduceOptions&) { return make_rhd_allreduce(g); }, 5},
+      {"auto", "per message size, the algorithm of a tuning table measured here (--tune-file)",
+       {}, nullptr, make_auto_allreduce, 0},
       {"nccl", "ncclAllReduce (NCCL picks its own algorithm)", {BackendKind::Cuda}, nullptr,
        [](CommGroup& g, const AllReduceOptions&) { return make_nccl_allreduce(g); }, 0},
   };

@@ -4,7 +4,8 @@
     scripts/bench_to_csv.py results/micro-20250101-120000.json            # -> same name .csv
     scripts/bench_to_csv.py a.json b.json -o results/micro.csv             # several runs, one header
 
-One row per benchmark run or aggregate. The benchmark name is split into its parts:
+One row per benchmark run or aggregate. The benchmark name is split into its parts
+(scripts/benchnames.py):
     allreduce/<backend>/<algorithm>/ranks:<k>[/shared]/bytes:<n>
     gradsync/<backend>/<model>/<mode>/ranks:<k>[/shared]
     overlap/<backend>/<model>/<mode>/ranks:<k>[/shared]
@@ -23,6 +24,9 @@ import os
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchnames  # noqa: E402  (the one parser of benchmark names)
+
 COLUMNS = [
     "name", "backend", "kind", "algorithm_mode", "model", "ranks", "devices", "bytes", "shared_gpu",
     "quick",
@@ -30,7 +34,7 @@ COLUMNS = [
     "compute_s", "exposed_comm_s", "aggregate",
     # extra measurements, then bookkeeping
     "exposed_comm_median_s", "exposed_comm_ci95_lo_s", "exposed_comm_ci95_hi_s", "membw_GBps", "traffic_GBps", "comm_s", "batch", "iterations",
-    "repetition_index",
+    "repetition_index", "label",
     "error_message",
 ]
 COUNTERS = ["algbw_GBps", "busbw_GBps", "bw_fraction", "wrong", "calls", "backward_s",
@@ -38,30 +42,15 @@ COUNTERS = ["algbw_GBps", "busbw_GBps", "bw_fraction", "wrong", "calls", "backwa
             "exposed_comm_ci95_hi_s", "membw_GBps", "traffic_GBps",
             "comm_s", "batch"]
 UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-GB_SUFFIXES = ("manual_time", "real_time", "process_time", "repeats:", "min_time:",
-               "min_warmup_time:", "iterations:")
 
 
 def parse_name(run_name):
-    """Fields encoded in a dpbench-micro benchmark name (empty strings where not applicable)."""
-    segs = run_name.split("/")
-    while len(segs) > 1 and segs[-1].startswith(GB_SUFFIXES):
-        segs.pop()
-    f = {"kind": segs[0], "backend": segs[1] if len(segs) > 1 else "", "algorithm_mode": "",
-         "model": "", "ranks": "", "bytes": "", "shared_gpu": "shared" in segs[2:]}
-    plain = [s for s in segs[2:] if ":" not in s and s != "shared"]
-    for s in segs[2:]:
-        key, _, val = s.partition(":")
-        if key in ("ranks", "threads") and val:
-            f["ranks"] = int(val)
-        elif key == "bytes" and val:
-            f["bytes"] = int(val)
-    if f["kind"] in ("gradsync", "overlap"):
-        f["model"] = plain[0] if plain else ""
-        f["algorithm_mode"] = plain[1] if len(plain) > 1 else ""
-    else:  # allreduce: the algorithm; membw: the operation ("copy")
-        f["algorithm_mode"] = plain[0] if plain else ""
-    return f
+    """The CSV's name fields of a dpbench-micro benchmark (empty strings where not applicable),
+    from scripts/benchnames.py."""
+    f = benchnames.parse(run_name)
+    return {"kind": f["family"], "backend": f["backend"],
+            "algorithm_mode": f.get("alg", f.get("mode", "")), "model": f.get("model", ""),
+            "ranks": f.get("ranks", ""), "bytes": f.get("bytes", ""), "shared_gpu": f["shared"]}
 
 
 def flatten_context(ctx):
@@ -91,6 +80,7 @@ def rows_of(doc, quick=False):
         row["aggregate"] = b.get("aggregate_name", "") if b.get("run_type") == "aggregate" else ""
         row["iterations"] = b.get("iterations", "")
         row["repetition_index"] = b.get("repetition_index", "")
+        row["label"] = b.get("label", "")  # allreduce auto: the algorithm that ran and the rules
         if b.get("error_occurred"):
             row["error_message"] = b.get("error_message", "")
         else:

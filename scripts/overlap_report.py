@@ -19,9 +19,13 @@ expose the same communication. Exit status: 0, or 2 on unreadable input.
 import argparse
 import collections
 import json
+import os
 import statistics
 import sys
 from math import comb
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchnames  # noqa: E402  (the one parser of benchmark names)
 
 
 def mann_whitney_less(xs, ys):
@@ -65,15 +69,15 @@ def main():
             print(f"overlap_report.py: cannot read {path}: {e}", file=sys.stderr)
             return 2
         for b in doc.get("benchmarks", []):
-            parts = b.get("run_name", b.get("name", "")).split("/")
-            if parts[0] != "overlap" or b.get("run_type") != "iteration" or b.get("error_occurred"):
+            f = benchnames.parse(b.get("run_name", b.get("name", "")))
+            if f["family"] != "overlap" or b.get("run_type") != "iteration" or b.get("error_occurred"):
                 continue
             if "exposed_comm_median_s" not in b:
                 continue
-            # overlap/<backend>/<model>/<mode>/ranks:<k>[/shared]
-            key = "/".join([parts[1], parts[2]] + [p for p in parts[4:] if not p.startswith(
-                ("manual_time", "real_time", "repeats:", "min_time:"))])
-            groups[key][parts[3]].append(b)
+            key = f"{f['backend']}/{f.get('model', '')}/ranks:{f.get('ranks', '')}"
+            if f["shared"]:
+                key += "/shared"
+            groups[key][f.get("mode", "")].append(b)
     if not groups:
         print("overlap_report.py: no overlap/ benchmark repetitions in the input", file=sys.stderr)
         return 2

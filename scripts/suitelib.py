@@ -11,7 +11,11 @@ import json
 import os
 import shlex
 import statistics
+import sys
 from dataclasses import dataclass, field
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchnames  # noqa: E402  (the one parser of benchmark names)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIOS = os.path.join(ROOT, "scenarios")
@@ -206,28 +210,10 @@ def append_suite_csv(path, suite, scenario, run_csv):
 
 
 def parse_bench_name(name):
-    """dpbench-micro names (see bench/main.cpp --help) as fields:
+    """dpbench-micro names as fields, by the one parser (scripts/benchnames.py):
     'allreduce/cpu/ring/ranks:4/bytes:1048576/manual_time' -> {'family': 'allreduce',
-    'backend': 'cpu', 'alg': 'ring', 'ranks': 4, 'bytes': 1048576, 'shared': False};
-    'gradsync/cuda/resnet18/fused/ranks:4/shared' -> {'family': 'gradsync', 'backend': 'cuda',
-    'model': 'resnet18', 'mode': 'fused', 'ranks': 4, 'shared': True}."""
-    parts = name.split("/")
-    plain = ["family", "backend", "alg" if parts[0] in ("allreduce", "membw") else "model", "mode"]
-    out = {"shared": False}
-    for part in parts:
-        if part == "shared":
-            out["shared"] = True
-        elif ":" in part:
-            k, _, v = part.partition(":")
-            try:
-                out[k] = int(v)
-            except ValueError:
-                out[k] = v
-        elif part in ("manual_time", "real_time", "process_time"):
-            continue
-        elif plain:
-            out[plain.pop(0)] = part
-    return out
+    'backend': 'cpu', 'alg': 'ring', 'ranks': 4, 'bytes': 1048576, 'shared': False}."""
+    return benchnames.parse(name)
 
 
 def read_micro(path):

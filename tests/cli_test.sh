@@ -27,6 +27,7 @@ expect_fail "--bogus" train --bogus 3
 expect_fail "--grad-sync" train --grad-sync sometimes
 expect_fail "--allreduce nccl" train --backend cpu --allreduce nccl --train-limit 100 --test-limit 10
 expect_fail "power-of-two rank count, got k = 3" train --allreduce rhd --devices 3 --train-limit 100 --test-limit 10
+expect_fail "--tune-file /nonexistent/t.json" train --allreduce auto --tune-file /nonexistent/t.json --train-limit 100 --test-limit 10
 expect_fail "does not exist" train --data-dir /nonexistent/dpbench-data
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/bad"

@@ -23,17 +23,17 @@ namespace {
 using namespace dpb;
 
 const char* kCsvHeader =
-    "model,backend,devices,shared_gpu,quick,allreduce,grad_sync,overlap,bucket_mb,global_batch,"
+    "model,backend,devices,shared_gpu,quick,allreduce,allreduce_resolved,grad_sync,overlap,bucket_mb,global_batch,"
     "lr,warmup_epochs,seed,train_examples,test_examples,epoch,lr_end,train_loss,train_acc,"
     "test_acc,epoch_s,images_per_s,data_s,compute_s,comm_s,exposed_comm_s,comm_calls,"
     "replicas_in_sync,max_replica_diff";
 
 std::string csv_row(const TrainConfig& c, const Dataset& d, bool quick, bool shared,
-                    const EpochStats& s) {
+                    const std::string& allreduce_resolved, const EpochStats& s) {
   std::ostringstream o;
   o.precision(6);
   o << c.model << ',' << c.backend << ',' << c.devices << ',' << int(shared) << ',' << int(quick)
-    << ',' << c.allreduce << ',' << to_string(c.sync.mode) << ',' << (c.sync.overlap ? "on" : "off")
+    << ',' << c.allreduce << ',' << allreduce_resolved << ',' << to_string(c.sync.mode) << ',' << (c.sync.overlap ? "on" : "off")
     << ',' << c.sync.bucket_mb << ',' << c.batch << ',' << c.lr << ',' << c.warmup_epochs << ','
     << c.seed << ',' << d.train.n << ',' << d.test.n << ',' << s.epoch << ',' << s.lr_end << ','
     << s.train_loss << ',' << s.train_acc << ',' << s.test_acc << ',' << s.epoch_s << ','
@@ -95,7 +95,7 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
   shared = res.shared_gpu;
   if (!csv.empty()) {
     std::vector<std::string> rows;
-    for (const auto& s : res.epochs) rows.push_back(csv_row(cfg, data, quick, shared, s));
+    for (const auto& s : res.epochs) rows.push_back(csv_row(cfg, data, quick, shared, res.allreduce_resolved, s));
     append_csv_rows(csv, kCsvHeader, rows);
   }
   if (!dump.empty()) {
@@ -103,6 +103,8 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
                       res.final_params.size() * sizeof(float));
     write_file_atomic(dump, bytes);
   }
+  if (!quiet && res.allreduce_resolved != cfg.allreduce)
+    std::printf("allreduce %s\n", res.allreduce_resolved.c_str());
   double best = 0;
   for (const auto& s : res.epochs) best = std::max(best, s.test_acc);
   if (!quiet)
@@ -172,6 +174,9 @@ int main(int argc, char** argv) {
   tr->add_option("--allreduce", cfg.allreduce,
                  choices(allreduce_algorithms(), "", "(see All-reduce algorithms below)"))
       ->check(CLI::IsMember(entry_name_list(allreduce_algorithms())))->capture_default_str();
+  tr->add_option("--tune-file", cfg.tune_file,
+                 "--allreduce auto: tuning table (JSON from scripts/tune_allreduce.py; default: "
+                 "the compiled-in collectives/tuning/default.json)");
   tr->add_option("--grad-sync", sync_mode, choices(sync_modes(), "", "(see below)"))
       ->check(CLI::IsMember(entry_name_list(sync_modes())))->capture_default_str();
   tr->add_option("--overlap", overlap, "on | off: all-reduce gradients while backward runs")

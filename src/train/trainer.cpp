@@ -12,6 +12,7 @@
 
 #include "collectives/allreduce.h"
 #include "collectives/registry.h"
+#include "collectives/tuning.h"
 #include "src/core/backends.h"
 #include "src/core/check.h"
 #include "src/core/nvtx.h"
@@ -74,6 +75,7 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
   DPB_CHECK(cfg.threads >= 0, "--threads: must be >= 0, got " << cfg.threads);
   const std::string why = allreduce_refusal(find_allreduce(cfg.allreduce), cfg.devices, backend.kind);
   DPB_CHECK(why.empty(), why);
+  if (!cfg.tune_file.empty()) load_tune_file(cfg.tune_file);  // throws naming what is wrong
   DPB_CHECK(data.train.n >= cfg.devices, "training set: " << data.train.n
                                              << " examples is fewer than the device count "
                                              << cfg.devices);
@@ -105,7 +107,8 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data,
   }
   CommGroup group(k, devptrs);
   adapt_barrier_spin(group, cfg.sync);
-  auto allreduce = make_allreduce(cfg.allreduce, group);
+  auto allreduce = make_allreduce(cfg.allreduce, group, AllReduceOptions{cfg.tune_file});
+  result.allreduce_resolved = allreduce->describe();
   const std::vector<ParamInfo> layout = model_param_layout(cfg.model);
   const std::vector<float> init = init_params(layout, cfg.seed);
   for (int r = 0; r < k; ++r) {

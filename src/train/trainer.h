@@ -4,9 +4,10 @@
 // minibatch (one shuffle per epoch from the seed, so the batches are the same for every k) is
 // split into k contiguous shards whose sizes differ by at most one; each rank computes the loss
 // (normalized by the global batch size, so k ranks compute the same update as one) and gradients
-// on its shard; gradients are all-reduced (naive | ring | nccl, per-param | fused | bucketed,
-// with or without overlap); every replica takes the identical SGD step. Parameters are broadcast
-// from rank 0 at the start; at the end of every epoch all replicas are compared.
+// on its shard; gradients are all-reduced (an algorithm and a mode of the tables in
+// collectives/registry.h and grad_sync.h, with or without overlap); every replica takes the
+// identical SGD step. Parameters are broadcast from rank 0 at the start; at the end of every
+// epoch all replicas are compared.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -26,7 +27,8 @@ struct TrainConfig {
   double lr = 0.2;
   int epochs = 10;
   double warmup_epochs = 0;  // Goyal et al.: lr ramps linearly from lr/devices to lr
-  std::string allreduce = "ring";
+  std::string allreduce = "ring";  // a name of collectives/registry.h's table
+  std::string tune_file;           // --allreduce auto: tuning table ("": the compiled-in default)
   GradSyncConfig sync;
   uint64_t seed = 0;
   int threads = 0;  // CPU math threads per device; 0: cores / devices, at least 1
@@ -49,6 +51,7 @@ struct TrainResult {
   std::vector<EpochStats> epochs;
   std::vector<float> final_params;  // replica 0, model order
   std::vector<std::string> device_names;
+  std::string allreduce_resolved;  // what --allreduce ran, e.g. "auto: direct<=32KiB; ring (...)"
   bool shared_gpu = false;
 };
 

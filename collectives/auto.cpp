@@ -1,0 +1,60 @@
+// auto.cpp: `--allreduce auto`: per call, the algorithm the tuning table (collectives/tuning.h)
+// names for the message size, as NCCL picks between its algorithms. Every rank makes the same
+// choice (n is collective), so the ranks always run the same algorithm. The chosen algorithms are
+// made once, when auto is made; describe() states the rules and which table they came from.
+// Built by make_allreduce("auto", group, {tune_file}); tested by tests/test_allreduce.cpp.
+#include <map>
+#include <memory>
+
+#include "collectives/registry.h"
+#include "collectives/tuning.h"
+#include "src/core/check.h"
+
+namespace dpb {
+namespace {
+
+class AutoAllReduce final : public AllReduce {
+ public:
+  AutoAllReduce(CommGroup& group, const AllReduceOptions& opts) {
+    const TuneFile file = load_tune_file(opts.tune_file);
+    std::string why;
+    rules_ = resolve_tuning(file, group.device(0).kind(), group.size(), &why);
+    describe_ = "auto: " + describe_rules(rules_) + " (" + why + ")";
+    for (const TuneRule& r : rules_) {
+      if (algs_.count(r.algorithm)) continue;
+      const AllReduceEntry& e = find_allreduce(r.algorithm);
+      const std::string no = allreduce_refusal(e, group.size(), group.device(0).kind());
+      DPB_CHECK(no.empty(), "--allreduce auto (" << why << "): " << no);
+      algs_[r.algorithm] = e.make(group, opts);
+    }
+  }
+  std::string name() const override { return "auto"; }
+  std::string describe() const override { return describe_; }
+  std::string choice(size_t n) const override { return rule(n).algorithm; }
+  void run(int rank, float* buf, size_t n) override {
+    algs_.at(rule(n).algorithm)->run(rank, buf, n);
+  }
+  void abort(int rank, const std::string& why) override {
+    for (auto& [name, a] : algs_) a->abort(rank, why);
+  }
+
+ private:
+  const TuneRule& rule(size_t n) const {
+    const size_t bytes = n * sizeof(float);
+    for (const TuneRule& r : rules_)
+      if (r.unbounded || bytes <= r.up_to_bytes) return r;
+    return rules_.back();  // not reached: the last rule is unbounded
+  }
+
+  std::vector<TuneRule> rules_;
+  std::string describe_;
+  std::map<std::string, std::unique_ptr<AllReduce>> algs_;
+};
+
+}  // namespace
+
+std::unique_ptr<AllReduce> make_auto_allreduce(CommGroup& group, const AllReduceOptions& opts) {
+  return std::make_unique<AutoAllReduce>(group, opts);
+}
+
+}  // namespace dpb
