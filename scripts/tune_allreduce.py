@@ -111,7 +111,9 @@ def main(argv):
     ap.add_argument("--backends", default="", help="cpu and/or cuda (default: what the binary finds)")
     ap.add_argument("--max-bytes", default="256M", help="largest message (default 256M)")
     ap.add_argument("--min-time", default="0.05", help="--benchmark_min_time (default 0.05)")
-    ap.add_argument("--repetitions", type=int, default=3, help="repetitions (default 3)")
+    ap.add_argument("--repetitions", type=int, default=1,
+                    help="repetitions (default 1: random interleaving then only shuffles the order; "
+                         "more repeat the expensive setup of large messages)")
     ap.add_argument("--margin", type=float, default=0.10,
                     help="keep the previous size's algorithm while within this fraction of the "
                          "fastest (default 0.10)")
