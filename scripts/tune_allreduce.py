@@ -10,11 +10,13 @@ python3 stdlib only.
 Runs dpbench-micro's allreduce/<backend>/<algorithm>/ranks:<k>/bytes:<n> benchmarks for every
 algorithm the binary registers (its table, collectives/registry.h; never auto itself) with
 random interleaving and repetitions, takes the median time per (backend, k, size, algorithm),
-and picks the fastest algorithm per size, with hysteresis: the previous size's algorithm is kept
-while it is within --margin of the fastest (a crossover must be clear, not noise). Consecutive
-sizes with the same choice become one rule: {"up_to_bytes": the largest of those sizes,
-"algorithm": ...}, the last rule unbounded (null). Only benchmarks with wrong == 0 count. The output (written to a
-temporary file and renamed) records the machine, the command and the medians it decided on.
+and picks the fastest algorithm per size (each time the median over the size and its two
+neighbours, so one disturbed measurement cannot flip a choice), with hysteresis: the previous
+size's algorithm is kept while it is within --margin of the fastest (a crossover must be clear,
+not noise; raise it on a busy machine). Consecutive sizes with the same choice become one rule:
+{"up_to_bytes": the largest of those sizes, "algorithm": ...}, the last rule unbounded (null).
+Only benchmarks with wrong == 0 count. The output (written to a temporary file and renamed)
+records the machine, the sweep's command, this script's arguments and the medians it used.
 To make it the compiled-in default: copy it to collectives/tuning/default.json and rebuild.
 """
 import argparse
@@ -76,12 +78,25 @@ def medians(paths):
     return out, context
 
 
+def smoothed(by_size):
+    """Each algorithm's time at a size as the median over that size and its two neighbours, so
+    that one disturbed measurement (a rank descheduled on a busy machine) cannot flip a choice."""
+    sizes = sorted(by_size)
+    out = {}
+    for i, s in enumerate(sizes):
+        near = sizes[max(0, i - 1):i + 2]
+        out[s] = {a: statistics.median(by_size[n][a] for n in near if a in by_size[n])
+                  for a in by_size[s]}
+    return out
+
+
 def rules_for(by_size, margin):
-    """Fastest algorithm per size, with hysteresis: the algorithm chosen for the previous size
-    stays while it is within `margin` of the fastest (a crossover must be clear, not noise)."""
+    """Fastest algorithm per size (smoothed), with hysteresis: the algorithm chosen for the
+    previous size stays while it is within `margin` of the fastest (a crossover must be clear)."""
     rules = []
-    for s in sorted(by_size):
-        t = by_size[s]
+    smooth = smoothed(by_size)
+    for s in sorted(smooth):
+        t = smooth[s]
         best = min(t, key=t.get)
         cur = rules[-1]["algorithm"] if rules else best
         if cur not in t or t[cur] > t[best] * (1 + margin):
@@ -141,6 +156,7 @@ def main(argv):
            "machine": {"cpu_model": ctx.get("cpu_model", "unknown"), "cores": ctx.get("cores", ""),
                        "host_name": ctx.get("host_name", ""), "git_commit": ctx.get("git_commit", "")},
            "command": command,
+           "decided_by": "scripts/tune_allreduce.py " + " ".join(argv),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "tables": tables}
     write_atomic(args.output, json.dumps(doc, indent=1) + "\n")
