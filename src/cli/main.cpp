@@ -23,18 +23,19 @@ namespace {
 using namespace dpb;
 
 const char* kCsvHeader =
-    "model,backend,devices,shared_gpu,quick,allreduce,allreduce_resolved,grad_sync,overlap,bucket_mb,global_batch,"
-    "lr,warmup_epochs,seed,train_examples,test_examples,epoch,lr_end,train_loss,train_acc,"
-    "test_acc,epoch_s,images_per_s,data_s,compute_s,comm_s,exposed_comm_s,comm_calls,"
-    "replicas_in_sync,max_replica_diff";
+    "model,backend,devices,shared_gpu,quick,allreduce,allreduce_resolved,grad_sync,overlap,"
+    "bucket_mb,global_batch,lr,warmup_epochs,seed,train_examples,test_examples,epoch,lr_end,"
+    "train_loss,train_acc,test_acc,epoch_s,images_per_s,data_s,compute_s,comm_s,exposed_comm_s,"
+    "comm_calls,replicas_in_sync,max_replica_diff";
 
 std::string csv_row(const TrainConfig& c, const Dataset& d, bool quick, bool shared,
                     const std::string& allreduce_resolved, const EpochStats& s) {
   std::ostringstream o;
   o.precision(6);
   o << c.model << ',' << c.backend << ',' << c.devices << ',' << int(shared) << ',' << int(quick)
-    << ',' << c.allreduce << ',' << allreduce_resolved << ',' << to_string(c.sync.mode) << ',' << (c.sync.overlap ? "on" : "off")
-    << ',' << c.sync.bucket_mb << ',' << c.batch << ',' << c.lr << ',' << c.warmup_epochs << ','
+    << ',' << c.allreduce << ',' << allreduce_resolved << ',' << to_string(c.sync.mode) << ','
+    << (c.sync.overlap ? "on" : "off") << ',' << c.sync.bucket_mb << ',' << c.batch << ','
+    << c.lr << ',' << c.warmup_epochs << ','
     << c.seed << ',' << d.train.n << ',' << d.test.n << ',' << s.epoch << ',' << s.lr_end << ','
     << s.train_loss << ',' << s.train_acc << ',' << s.test_acc << ',' << s.epoch_s << ','
     << s.images_per_s << ',' << s.data_s << ',' << s.compute_s << ',' << s.comm_s << ','
@@ -95,7 +96,8 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
   shared = res.shared_gpu;
   if (!csv.empty()) {
     std::vector<std::string> rows;
-    for (const auto& s : res.epochs) rows.push_back(csv_row(cfg, data, quick, shared, res.allreduce_resolved, s));
+    for (const auto& s : res.epochs)
+      rows.push_back(csv_row(cfg, data, quick, shared, res.allreduce_resolved, s));
     append_csv_rows(csv, kCsvHeader, rows);
   }
   if (!dump.empty()) {
