@@ -11,8 +11,11 @@ BIN="$BUILD/dpbench-micro"
 [ -x "$BIN" ] || { echo "FAIL: $BIN not built (configure with -DDPB_BENCH=ON)"; exit 1; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
-"$BIN" --help | grep -q -- "--dpb_max_bytes" || { echo "FAIL: --help lacks our flags"; exit 1; }
-"$BIN" --help | grep -q -- "--benchmark_filter" || { echo "FAIL: --help lacks Google Benchmark's"; exit 1; }
+# Captured first: `--help | grep -q` under pipefail fails when grep exits before the help's
+# last write (SIGPIPE), which happens once the help outgrows stdio's buffer.
+help=$("$BIN" --help) || { echo "FAIL: --help exited non-zero"; exit 1; }
+grep -q -- "--dpb_max_bytes" <<<"$help" || { echo "FAIL: --help lacks our flags"; exit 1; }
+grep -q -- "--benchmark_filter" <<<"$help" || { echo "FAIL: --help lacks Google Benchmark's"; exit 1; }
 if "$BIN" --dpb_bogus=1 >/dev/null 2>&1; then echo "FAIL: unknown --dpb_ flag accepted"; exit 1; fi
 if "$BIN" --dpb_cpu_threads=0 >/dev/null 2>&1; then echo "FAIL: --dpb_cpu_threads=0 accepted"; exit 1; fi
 
