@@ -110,4 +110,14 @@ TEST(Train, RejectsBadConfig) {
   EXPECT_THROW(validate(c, data()), std::exception);
   c = small(2, "nccl", SyncMode::Fused, false);
   EXPECT_THROW(validate(c, data()), std::exception);
+  c = small(3, "rhd", SyncMode::Fused, false);  // rhd needs a power-of-two rank count
+  try {
+    validate(c, data());
+    ADD_FAILURE() << "rhd accepted 3 ranks";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("k = 3"), std::string::npos) << e.what();
+  }
+  c = small(2, "auto", SyncMode::Fused, false);
+  c.tune_file = "/nonexistent/tuning.json";
+  EXPECT_THROW(validate(c, data()), std::exception);
 }
