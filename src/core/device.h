@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace dpb {
 
@@ -144,7 +145,18 @@ class Buffer {
   size_t n_ = 0;
 };
 
-// Factories. threads: math threads for this CPU device (cores / k, at least 1).
+// The one way to create devices (src/core/make_device.cpp): backend "cpu" or "cuda" (an unknown
+// name throws naming it), gpu the CUDA ordinal (ignored on the CPU), threads the CPU math threads
+// (ignored on CUDA), tf32 TF32 tensor-core math (CUDA).
+std::unique_ptr<Device> make_device(const std::string& backend, int rank, int gpu, int threads,
+                                    bool tf32 = false);
+// k ranks' devices: rank r on GPU r mod cuda_device_count() (CUDA ranks share GPUs when k exceeds
+// the count; none found is an error), or CPU devices with `threads` math threads each.
+std::vector<std::unique_ptr<Device>> make_devices(const std::string& backend, int k, int threads,
+                                                  bool tf32 = false);
+
+// The backends' own factories (make_device calls them). threads: math threads for this CPU
+// device (cores / k, at least 1).
 std::unique_ptr<Device> make_cpu_device(int rank, int threads);
 // gpu: the CUDA ordinal this rank runs on (rank mod GPU count). Throws when CUDA is not built.
 std::unique_ptr<Device> make_cuda_device(int rank, int gpu, bool tf32);
