@@ -120,9 +120,6 @@ class RankTimer {
 };
 std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream);
 
-// GPU and library versions for AddCustomContext (empty without CUDA). bench/cuda_support.cpp.
-std::vector<std::pair<std::string, std::string>> cuda_context();
-
 enum class Backend { Cpu, Cuda };
 inline const char* backend_name(Backend b) { return b == Backend::Cpu ? "cpu" : "cuda"; }
 

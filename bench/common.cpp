@@ -32,7 +32,6 @@ std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream) {
   DPB_CHECK(dev.kind() == BackendKind::Cpu, "CUDA timer requested in a build without CUDA");
   return std::make_unique<HostTimer>();
 }
-std::vector<std::pair<std::string, std::string>> cuda_context() { return {}; }
 #else
 std::unique_ptr<RankTimer> make_cuda_timer(Device& dev, TimedStream stream);  // cuda_support.cpp
 std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream) {

@@ -1,16 +1,16 @@
 // main.cpp: the `dpbench` command line.
 //   dpbench train --model lenet --devices 2 --batch 256 --lr 0.2 --epochs 10 --csv out.csv
-//   dpbench info            # what this build and machine offer (backends, GPUs, threads)
+//   dpbench info            # this machine and build: CPU, memory, OS, compiler, library versions,
+//                           # GPUs, commit, backends (src/core/machine_info.h)
 //   dpbench info --csv-columns  # the training CSV's columns (name, type, meaning) as JSON
 // Every invalid argument is refused before any work starts, with a message naming it.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <thread>
 
 #include "src/core/check.h"
 #include "src/core/files.h"
+#include "src/core/machine_info.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
 #include "src/train/train_csv.h"
@@ -80,18 +80,7 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
 }
 
 int run_info() {
-  std::string cpu = "unknown";
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
-  int ngpu = cuda_device_count();
-  std::printf("{\"cpu\": \"%s\", \"cores\": %u, \"cuda_built\": %s, \"cuda_devices\": %d, "
-              "\"default_backend\": \"%s\"}\n",
-              cpu.c_str(), std::thread::hardware_concurrency(), cuda_built() ? "true" : "false",
-              ngpu, (cuda_built() && ngpu > 0) ? "cuda" : "cpu");
+  std::fputs((machine_info().dump(2) + "\n").c_str(), stdout);
   return 0;
 }
 
@@ -148,7 +137,9 @@ int main(int argc, char** argv) {
   tr->add_option("--dump-params", dump,
                  "write replica 0's final parameters as raw little-endian float32, model order");
   tr->add_flag("--quiet", quiet, "no per-epoch lines on stdout");
-  auto* info = app.add_subcommand("info", "print what this build and machine offer, as JSON");
+  auto* info = app.add_subcommand(
+      "info", "print this machine and build (CPU, memory, OS, compiler, library versions, GPUs, "
+              "commit) as JSON");
   bool csv_columns = false;
   info->add_flag("--csv-columns", csv_columns,
                  "print the training CSV's columns instead (scripts/train_csv_columns.json)");
