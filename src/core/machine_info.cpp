@@ -52,20 +52,25 @@ std::string run_cmd(const std::string& cmd) {  // stdout of cmd, "" on failure
   return pclose(p) == 0 ? trim(out) : "";
 }
 
-// DPB_GIT_COMMIT when the build passes it, else git in the source tree this file was compiled
-// from (suffix "-dirty" with uncommitted changes to tracked files), else "unknown".
+// DPB_GIT_COMMIT when the build passes it, else git in the source tree this binary was built from
+// (DPB_SOURCE_DIR, from CMake; suffix "-dirty" with uncommitted changes to tracked files), else
+// "unknown" (e.g. a binary copied to another machine).
 std::string git_commit() {
 #ifdef DPB_GIT_COMMIT
   if (std::string(DPB_GIT_COMMIT).size() > 0) return DPB_GIT_COMMIT;
 #endif
+#ifndef DPB_SOURCE_DIR
+  return "unknown";
+#else
   std::error_code ec;
-  const auto src = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
-  if (src.empty() || !std::filesystem::exists(src / ".git", ec)) return "unknown";
+  const std::filesystem::path src = DPB_SOURCE_DIR;
+  if (!std::filesystem::exists(src / ".git", ec)) return "unknown";
   const std::string git = "git -C '" + src.string() + "' ";
   std::string head = run_cmd(git + "rev-parse HEAD 2>/dev/null");
   if (head.empty()) return "unknown";
   if (!run_cmd(git + "status --porcelain --untracked-files=no 2>/dev/null").empty()) head += "-dirty";
   return head;
+#endif
 }
 
 std::string os_name() {
