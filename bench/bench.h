@@ -3,7 +3,8 @@
 //   BenchConfig  the --dpb_* options, parsed once in main and passed down (no globals)
 //   BenchEnv     what benchmarks share during one run: the config, the memory-bandwidth bound per
 //                thread count (measured once, on first use) and the training images
-//   RankThreads  k persistent rank threads; run(fn) runs fn(rank) on all of them at once
+//   RankThreads  k persistent rank threads; run(fn) runs fn(rank) on all of them at once (the
+//                harness shared with the trainer and the tests: src/core/rank_threads.h)
 //   CopyRig      k threads memcpy-ing large buffers: the memory-bandwidth bound
 //   RankTimer    per-rank interval timer: steady_clock on the CPU, CUDA events on a GPU stream
 //   DeviceSet    k devices of one backend, with a CommGroup over them
@@ -28,6 +29,7 @@
 
 #include "collectives/allreduce.h"
 #include "src/core/device.h"
+#include "src/core/rank_threads.h"
 
 namespace dpb::bench {
 
@@ -90,45 +92,6 @@ class BenchEnv {
   std::map<int, HostBatch> batches_;
 };
 
-// k threads started once, reused for every iteration. run() is not reentrant.
-class RankThreads {
- public:
-  using OnError = std::function<void(int rank, const std::string& why)>;
-  // on_error runs on the failing rank's thread (e.g. CommGroup::abort, so peers blocked in a
-  // collective wake up); the pool's own barrier is aborted too.
-  explicit RankThreads(int k, OnError on_error = {});
-  ~RankThreads();
-  RankThreads(const RankThreads&) = delete;
-  RankThreads& operator=(const RankThreads&) = delete;
-  int size() const { return k_; }
-  // Runs fn(rank) on every rank thread concurrently; returns when all are done and rethrows the
-  // first exception. After an exception the pool is broken (its barrier stays aborted).
-  void run(const std::function<void(int)>& fn);
-  // Barrier among the rank threads (call from inside fn on every rank); throws once aborted.
-  void align(int rank);
-
- private:
-  void loop(int rank);
-
-  const int k_;
-  OnError on_error_;
-  // align(): a plain blocking barrier of our own (mutex + condition variable), abortable.
-  std::mutex bar_mu_;
-  std::condition_variable bar_cv_;
-  int bar_count_ = 0;
-  uint64_t bar_gen_ = 0;
-  bool bar_aborted_ = false;
-  void abort_barrier();
-  std::mutex mu_;
-  std::condition_variable work_cv_, done_cv_;
-  uint64_t gen_ = 0;
-  int remaining_ = 0;
-  bool stop_ = false;
-  const std::function<void(int)>* fn_ = nullptr;
-  std::exception_ptr error_;
-  std::vector<std::thread> threads_;  // last: started after everything above exists
-};
-
 // k CPU threads, each copying its own `bytes`-byte buffer with Device::comm_copy (memcpy, the
 // primitive the CPU all-reduces move data with): the memory-bandwidth bound of k ranks.
 constexpr size_t kMembwBytes = size_t(64) << 20;  // per thread; src + dst far exceed the L3
@@ -158,14 +121,11 @@ class RankTimer {
 };
 std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream);
 
-// GPU and library versions for AddCustomContext (empty without CUDA). bench/cuda_support.cpp.
-std::vector<std::pair<std::string, std::string>> cuda_context();
-
 enum class Backend { Cpu, Cuda };
 inline const char* backend_name(Backend b) { return b == Backend::Cpu ? "cpu" : "cuda"; }
 
-// k devices and a CommGroup over them. CPU: make_cpu_device(r, cpu_threads). CUDA: rank r on GPU
-// r mod cuda_device_count() (shared GPUs when k exceeds it).
+// k devices (make_devices: CUDA rank r on GPU r mod cuda_device_count(), shared GPUs when k
+// exceeds it) and a CommGroup over them.
 struct DeviceSet {
   DeviceSet(Backend b, int k, int cpu_threads);
   std::vector<std::unique_ptr<Device>> devs;

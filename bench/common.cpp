@@ -1,94 +1,17 @@
-// common.cpp: the shared machinery of dpbench-micro declared in bench.h: persistent rank threads,
-// the CPU timer, device sets, the memory-bandwidth probe and the training batch.
+// common.cpp: the shared machinery of dpbench-micro declared in bench.h: the CPU timer, device
+// sets, the memory-bandwidth probe and the training batch (the rank threads are
+// src/core/rank_threads.h).
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 
 #include "bench/bench.h"
+#include "src/core/backends.h"
 #include "src/core/check.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
 
 namespace dpb::bench {
-
-// ---------------------------------------------------------------- RankThreads
-
-RankThreads::RankThreads(int k, OnError on_error) : k_(k), on_error_(std::move(on_error)) {
-  DPB_CHECK(k >= 1, "RankThreads: need at least one rank, got " << k);
-  for (int r = 0; r < k; ++r) threads_.emplace_back([this, r] { loop(r); });
-}
-
-RankThreads::~RankThreads() {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-  }
-  work_cv_.notify_all();
-  for (auto& t : threads_) t.join();
-}
-
-void RankThreads::loop(int rank) {
-  uint64_t seen = 0;
-  for (;;) {
-    const std::function<void(int)>* fn;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      work_cv_.wait(lk, [&] { return stop_ || gen_ != seen; });
-      if (stop_) return;
-      seen = gen_;
-      fn = fn_;
-    }
-    std::exception_ptr err;
-    try {
-      (*fn)(rank);
-    } catch (const std::exception& e) {
-      err = std::current_exception();
-      if (on_error_) on_error_(rank, e.what());
-      abort_barrier();
-    } catch (...) {
-      err = std::current_exception();
-      if (on_error_) on_error_(rank, "unknown exception");
-      abort_barrier();
-    }
-    std::lock_guard<std::mutex> lk(mu_);
-    if (err && !error_) error_ = err;
-    if (--remaining_ == 0) done_cv_.notify_all();
-  }
-}
-
-void RankThreads::run(const std::function<void(int)>& fn) {
-  std::unique_lock<std::mutex> lk(mu_);
-  DPB_CHECK(!error_, "RankThreads: a previous run failed; the rank threads are unusable");
-  fn_ = &fn;
-  remaining_ = k_;
-  ++gen_;
-  work_cv_.notify_all();
-  done_cv_.wait(lk, [&] { return remaining_ == 0; });
-  fn_ = nullptr;
-  if (error_) std::rethrow_exception(error_);
-}
-
-// Blocks at once (no spinning): it only aligns the starts of intervals that each rank times
-// itself, so the wake-up latency is outside every measurement.
-void RankThreads::align(int rank) {
-  std::unique_lock<std::mutex> lk(bar_mu_);
-  if (!bar_aborted_ && ++bar_count_ == k_) {
-    bar_count_ = 0;
-    ++bar_gen_;
-    bar_cv_.notify_all();
-  } else if (!bar_aborted_) {
-    const uint64_t g = bar_gen_;
-    bar_cv_.wait(lk, [&] { return bar_gen_ != g || bar_aborted_; });
-  }
-  if (bar_aborted_)
-    throw Error("rank " + std::to_string(rank) + ": aborted because another rank failed");
-}
-
-void RankThreads::abort_barrier() {
-  std::lock_guard<std::mutex> lk(bar_mu_);
-  bar_aborted_ = true;
-  bar_cv_.notify_all();
-}
 
 // ---------------------------------------------------------------- timers, devices
 
@@ -110,7 +33,6 @@ std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream) {
   DPB_CHECK(dev.kind() == BackendKind::Cpu, "CUDA timer requested in a build without CUDA");
   return std::make_unique<HostTimer>();
 }
-std::vector<std::pair<std::string, std::string>> cuda_context() { return {}; }
 #else
 std::unique_ptr<RankTimer> make_cuda_timer(Device& dev, TimedStream stream);  // cuda_support.cpp
 std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream) {
@@ -119,15 +41,10 @@ std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream) {
 }
 #endif
 
-DeviceSet::DeviceSet(Backend b, int k, int cpu_threads) {
-  const int ngpu = b == Backend::Cuda ? cuda_device_count() : 0;
-  DPB_CHECK(b == Backend::Cpu || ngpu > 0, "no CUDA GPU found");
+DeviceSet::DeviceSet(Backend b, int k, int cpu_threads)
+    : devs(make_devices(backend_name(b), k, cpu_threads)) {
   std::vector<Device*> ptrs;
-  for (int r = 0; r < k; ++r) {
-    devs.push_back(b == Backend::Cpu ? make_cpu_device(r, cpu_threads)
-                                     : make_cuda_device(r, r % ngpu, /*tf32=*/false));
-    ptrs.push_back(devs.back().get());
-  }
+  for (auto& d : devs) ptrs.push_back(d.get());
   group = std::make_unique<CommGroup>(k, ptrs);
 }
 
@@ -186,7 +103,7 @@ double run_timed_loop(benchmark::State& st, RankThreads& pool,
 
 CopyRig::CopyRig(int k, size_t bytes) : n_(bytes / sizeof(float)), t_(k, 0.0), pool_(k) {
   for (int r = 0; r < k; ++r) {
-    devs_.push_back(make_cpu_device(r, 1));
+    devs_.push_back(make_device("cpu", r, DeviceOptions{1}));
     src_.emplace_back(*devs_[r], n_, "membw source");
     dst_.emplace_back(*devs_[r], n_, "membw destination");
     devs_[r]->fill(src_[r].get(), 1.0f, n_);  // touch every page: no shared zero page

@@ -6,29 +6,24 @@
 // Families (one file each): membw + allreduce (allreduce_bench.cpp), gradsync
 // (gradsync_bench.cpp), overlap (overlap_bench.cpp). Registered per backend present (cpu always,
 // cuda when a GPU is found) and per rank count. scripts/bench_to_csv.py turns the JSON into CSV.
-#include <oneapi/dnnl/dnnl.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bench/bench.h"
 #include "collectives/registry.h"
 #include "collectives/tuning.h"
 #include "src/core/registry.h"
+#include "src/core/machine_info.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
 
-#ifndef DPB_VERSION
-#define DPB_VERSION "0.1"  // keep in step with project(VERSION) until CMake passes DPB_VERSION
-#endif
 
 namespace {
 
@@ -186,64 +181,18 @@ BenchConfig parse_dpb_flags(int* argc, char** argv) {
   return cfg;
 }
 
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
-std::string run_cmd(const std::string& cmd) {  // stdout of cmd, "" on failure
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return "";
-  std::string out;
-  char buf[256];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  return pclose(p) == 0 ? trim(out) : "";
-}
-
-// The commit: DPB_GIT_COMMIT when CMake passes it, else git in the source tree this file was
-// compiled from (suffix "-dirty" with uncommitted changes to tracked files), else "unknown".
-std::string git_commit() {
-#ifdef DPB_GIT_COMMIT
-  if (std::string(DPB_GIT_COMMIT).size() > 0) return DPB_GIT_COMMIT;
-#endif
-  const std::string src = std::filesystem::path(__FILE__).parent_path().parent_path().string();
-  if (src.empty() || !std::filesystem::exists(src)) return "unknown";
-  const std::string git = "git -C '" + src + "' ";
-  std::string head = run_cmd(git + "rev-parse HEAD 2>/dev/null");
-  if (head.empty()) return "unknown";
-  if (!run_cmd(git + "status --porcelain --untracked-files=no 2>/dev/null").empty()) head += "-dirty";
-  return head;
-}
-
-std::string first_line_with(const std::string& path, const std::string& key) {
-  std::ifstream f(path);
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind(key, 0) == 0) return line;
-  return "";
-}
-
+// The machine and build facts every dpbench output shares (src/core/machine_info.h), then this
+// run's settings.
 void add_context(const BenchConfig& cfg, const std::vector<std::string>& backends) {
-  std::string cpu = first_line_with("/proc/cpuinfo", "model name");
-  if (auto c = cpu.find(':'); c != std::string::npos) cpu = trim(cpu.substr(c + 2));
-  benchmark::AddCustomContext("cpu_model", cpu.empty() ? "unknown" : cpu);
-  benchmark::AddCustomContext("cores", std::to_string(std::thread::hardware_concurrency()));
-  const dnnl_version_t* v = dnnl_version();
-  benchmark::AddCustomContext("onednn_version", std::to_string(v->major) + "." +
-                                                    std::to_string(v->minor) + "." +
-                                                    std::to_string(v->patch) + " (" + v->hash + ")");
-  for (const auto& [key, value] : dpb::bench::cuda_context())
-    benchmark::AddCustomContext(key, value);
-  const std::string nv = first_line_with("/proc/driver/nvidia/version", "NVRM version");
-  if (!nv.empty()) benchmark::AddCustomContext("nvidia_driver", trim(nv));
-  benchmark::AddCustomContext("git_commit", git_commit());
-  benchmark::AddCustomContext("dpbench_version", DPB_VERSION);
+  for (const auto& [key, value] : dpb::machine_info_text()) benchmark::AddCustomContext(key, value);
   std::string b;
   for (const auto& s : backends) b += (b.empty() ? "" : ",") + s;
   benchmark::AddCustomContext("backends", b);
   benchmark::AddCustomContext("overlap_cpu_threads_per_rank",
                               cfg.cpu_threads > 0 ? std::to_string(cfg.cpu_threads) : "cores/k");
   const char* spin = std::getenv("DPB_SPIN_US");
-  benchmark::AddCustomContext("barrier_spin_us", spin ? spin : "default (100 if ranks (+ comm threads) <= cores)");
+  benchmark::AddCustomContext("barrier_spin_us",
+                              spin ? spin : "default (100 if ranks (+ comm threads) <= cores)");
   benchmark::AddCustomContext("allreduce_auto_table",
                               cfg.tune_file.empty() ? "default (collectives/tuning/default.json)"
                                                     : cfg.tune_file);

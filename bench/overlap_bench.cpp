@@ -2,10 +2,11 @@
 //
 //   overlap/<backend>/<model>/<mode>/ranks:<k>[/shared]
 //     One data-parallel SGD step of LeNet (global batch --dpb_lenet_batch, default 256) or
-//     ResNet-18 (--dpb_resnet18_batch, default 32) split across k ranks exactly as
-//     src/train/trainer.cpp does (contiguous shards, loss scaled by 1/global batch, the model's
-//     ready(i) callback -> GradSync::grad_ready(i), finish(), sgd_step), ring all-reduce, on the
-//     first global batch of Fashion-MNIST (random pixels when the data directory is absent).
+//     ResNet-18 (--dpb_resnet18_batch, default 32) split across k ranks in contiguous shards, made
+//     of the trainer's own step functions (src/train/step.h: step_forward with the loss scaled by
+//     1/global batch, step_backward handing each gradient to GradSync::grad_ready,
+//     step_sync_wait, step_update), ring all-reduce, on the first global batch of Fashion-MNIST
+//     (random pixels when the data directory is absent).
 //     mode: fused-after        one all-reduce after backward
 //           per-param-after    one all-reduce per parameter, after backward
 //           per-param-overlap  one per parameter, launched as backward produces it
@@ -35,15 +36,15 @@
 
 #include "bench/bench.h"
 #include "collectives/grad_sync.h"
+#include "src/core/backends.h"
 #include "src/core/check.h"
 #include "src/core/stats.h"
 #include "src/model/model.h"
+#include "src/train/step.h"
 
 namespace dpb::bench {
 namespace {
 
-constexpr int kClasses = 10;
-constexpr int kPixels = 28 * 28;
 constexpr float kLr = 0.01f;
 
 struct OvMode {
@@ -64,47 +65,36 @@ std::vector<OvMode> overlap_modes(double bucket_mb) {
           {"bucket" + mb_label(bucket_mb) + "-overlap", {SyncMode::Bucketed, true, bucket_mb}}};
 }
 
-struct Rep {  // one rank; members are destroyed in reverse: timers, sync (its thread), buffers
-  std::unique_ptr<Model> model;
-  Buffer w, g, x, y, dlogits, stats;
-  std::unique_ptr<GradSync> sync;
-  std::unique_ptr<RankTimer> step_t, bwd_t;
-  int n = 0;
+struct Timers {  // one rank's: the whole step, and backward
+  std::unique_ptr<RankTimer> step, bwd;
 };
 
 // One overlap benchmark's setup, kept across the framework's calls (BenchEnv::rig).
-struct OvRig {  // declaration order: rank threads joined first, devices released last
-  std::unique_ptr<DeviceSet> ds;
-  std::unique_ptr<AllReduce> ar;
-  std::vector<Rep> reps;
+struct OvRig {  // destroyed in reverse: rank threads, timers, replicas (their comm threads), ranks
+  std::unique_ptr<RankSet> ranks;
+  std::vector<Replica> reps;
+  std::vector<Timers> timers;
   std::unique_ptr<RankThreads> pool;
+  std::vector<int> n;          // per rank: shard size
   std::vector<double> ts, tb;  // per rank: last step's time, last compute-only backward time
-  size_t P = 0;
   int gb = 0;
 
-  // One training step on rank r, as src/train/trainer.cpp runs it; comm = false leaves out
-  // every GradSync call (the compute-only step).
+  // One training step on rank r, made of the trainer's own step functions (src/train/step.h);
+  // comm = false leaves out all gradient communication (the compute-only step).
   void step(int r, bool comm) {
-    Rep& p = reps[r];
-    Device& dev = (*ds)[r];
-    ds->group->barrier(r);  // all ranks start together, in both kinds of step
-    if (comm) p.sync->begin_step();
-    p.step_t->start();
-    const float* logits = p.model->forward(p.w.get(), p.x.get(), p.n, true);
-    dev.softmax_xent(p.n, kClasses, logits, p.y.get(), 1.0f / float(gb), p.dlogits.get(),
-                     p.stats.get());
-    p.bwd_t->start();
-    if (comm)
-      p.model->backward(p.w.get(), p.g.get(), p.dlogits.get(), p.n,
-                        [&](int i) { p.sync->grad_ready(i); });  // as src/train/trainer.cpp
-    else
-      p.model->backward(p.w.get(), p.g.get(), p.dlogits.get(), p.n, [](int) {});
-    p.bwd_t->stop();
-    if (comm) p.sync->finish();
-    dev.sgd_step(p.w.get(), p.g.get(), kLr, P);
-    p.step_t->stop();
-    ts[r] = p.step_t->seconds();
-    tb[r] = comm ? 0.0 : p.bwd_t->seconds();
+    Replica& rep = reps[r];
+    Timers& t = timers[r];
+    ranks->group->barrier(r);  // all ranks start together, in both kinds of step
+    t.step->start();
+    step_forward(rep, n[r], 1.0f / float(gb));
+    t.bwd->start();
+    step_backward(rep, n[r], comm);
+    t.bwd->stop();
+    if (comm) step_sync_wait(rep);
+    step_update(rep, kLr);
+    t.step->stop();
+    ts[r] = t.step->seconds();
+    tb[r] = comm ? 0.0 : t.bwd->seconds();
   }
 };
 
@@ -117,36 +107,28 @@ std::shared_ptr<OvRig> make_ov_rig(BenchEnv& env, Backend b, const std::string& 
   g->ts.assign(k, 0.0);
   g->tb.assign(k, 0.0);
   const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
-  g->ds = std::make_unique<DeviceSet>(b, k, env.cfg().cpu_threads > 0 ? env.cfg().cpu_threads
-                                                                     : std::max(1, hw / k));
-  g->ar = make_allreduce("ring", *g->ds->group);
-  adapt_barrier_spin(*g->ds->group, cfg);
+  const int threads = env.cfg().cpu_threads > 0 ? env.cfg().cpu_threads : std::max(1, hw / k);
+  g->ranks = std::make_unique<RankSet>(make_devices(backend_name(b), k, threads), "ring");
+  adapt_barrier_spin(*g->ranks->group, cfg);
   const std::vector<float> init = init_params(model_param_layout(model), 0);
-  g->reps.resize(k);
   for (int r = 0; r < k; ++r) {
-    Rep& p = g->reps[r];
-    Device& dev = (*g->ds)[r];
+    Device& dev = (*g->ranks)[r];
     const int lo = int(chunk_begin(gb, k, r));
-    p.n = int(chunk_size(gb, k, r));
-    p.model = make_model(model, dev, p.n);
-    g->P = p.model->num_floats();
-    p.w = Buffer(dev, g->P, "parameters");
-    p.g = Buffer(dev, g->P, "gradients");
-    p.x = Buffer(dev, size_t(p.n) * kPixels, "input images");
-    p.y = Buffer(dev, size_t(p.n), "input labels");
-    p.dlogits = Buffer(dev, size_t(p.n) * kClasses, "logits gradient");
-    p.stats = Buffer(dev, 2, "loss/accuracy accumulators");
-    dev.upload(p.w.get(), init.data(), g->P);
-    dev.load_images(p.x.get(), data.images.data() + size_t(lo) * kPixels, size_t(p.n) * kPixels);
-    dev.load_labels(p.y.get(), data.labels.data() + lo, size_t(p.n));
-    p.sync = std::make_unique<GradSync>(cfg, p.model->param_sizes(), *g->ar, dev, r, p.g.get());
-    p.step_t = make_rank_timer(dev, TimedStream::Compute);
-    p.bwd_t = make_rank_timer(dev, TimedStream::Compute);
+    g->n.push_back(int(chunk_size(gb, k, r)));
+    g->reps.push_back(make_replica(dev, model, g->n[r], cfg, *g->ranks->allreduce));
+    if (r == 0) dev.upload(g->reps[0].w.get(), init.data(), init.size());
+    load_batch(g->reps[r], data.images.data() + size_t(lo) * kPixels, data.labels.data() + lo,
+               g->n[r]);
+    g->timers.push_back({make_rank_timer(dev, TimedStream::Compute),
+                         make_rank_timer(dev, TimedStream::Compute)});
   }
   OvRig* raw = g.get();
   g->pool = std::make_unique<RankThreads>(
-      k, [raw](int r, const std::string& why) { raw->ds->group->abort(r, why); });
-  g->pool->run([raw](int r) { raw->step(r, true); });  // warm-up: primitives, comm thread
+      k, [raw](int r, const std::string& why) { raw->ranks->abort(r, why); });
+  g->pool->run([raw](int r) {  // the trainer's broadcast, then a warm-up step (primitives, comm thread)
+    broadcast_params(raw->reps[r], *raw->ranks->group);
+    raw->step(r, true);
+  });
   return g;
 }
 
@@ -206,7 +188,7 @@ void bm_overlap(benchmark::State& st, BenchEnv& env, const std::string& name, Ba
   st.counters["comm_s"] = times.comm_s / iters;
   st.counters["calls"] = double(times.calls) / iters;
   st.counters["batch"] = gb;
-  st.counters["bytes"] = double(g->P * sizeof(float));
+  st.counters["bytes"] = double(g->reps[0].num_params() * sizeof(float));
 }
 
 }  // namespace

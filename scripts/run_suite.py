@@ -145,53 +145,41 @@ def _cmd_out(cmd):
 
 
 def machine_facts(info, backend):
+    """The machine as `dpbench info` (src/core/machine_info.h) found it; nvidia-smi adds the
+    driver per GPU, and the probes here only stand in when info lacks a fact."""
     cpu = info.get("cpu") or platform.processor() or "unknown CPU"
-    gpus = []
+    gpus = [dict(g) for g in info.get("gpus", [])]
     smi = _cmd_out(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
                     "--format=csv,noheader"])
-    for line in smi.splitlines():
+    for i, line in enumerate(smi.splitlines()):
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == 3:
-            gpus.append({"name": parts[0], "memory": parts[1], "driver": parts[2]})
-    mem_gb = None
-    try:
-        with open("/proc/meminfo") as f:
-            mem_gb = round(int(f.readline().split()[1]) / 2**20, 1)
-    except (OSError, ValueError, IndexError):
-        pass
+            if i >= len(gpus):
+                gpus.append({"name": parts[0], "memory": parts[1]})
+            gpus[i]["driver"] = parts[2]
     cores = info.get("cores") or os.cpu_count()
     if backend == "cuda" and gpus:
         label = f"{gpus[0]['name']} x{len(gpus)}" if len(gpus) > 1 else gpus[0]["name"]
     else:
         label = f"{cpu.replace('(R)', '').replace(' Processor', '')}, {cores} cores"
-    return {"hostname": socket.gethostname(), "os": platform.platform(), "cpu": cpu,
-            "cores": cores, "memory_gib": mem_gb, "gpus": gpus, "label": label}
+    return {"hostname": socket.gethostname(), "os": info.get("os") or platform.platform(),
+            "cpu": cpu, "cores": cores, "memory_gib": info.get("memory_gib"), "gpus": gpus,
+            "label": label}
 
 
-def versions(bin_path):
-    v = {"python": platform.python_version()}
-    build = os.path.dirname(os.path.abspath(bin_path))
-    cache = os.path.join(build, "CMakeCache.txt")
-    if os.path.exists(cache):
-        with open(cache) as f:
-            for line in f:
-                for key in ("CMAKE_CXX_COMPILER:", "CMAKE_BUILD_TYPE:", "DPB_CUDA:",
-                            "CMAKE_CUDA_COMPILER:", "CMAKE_CUDA_ARCHITECTURES:"):
-                    if line.startswith(key):
-                        v[key.rstrip(":").lower()] = line.split("=", 1)[1].strip()
-    cxx = v.get("cmake_cxx_compiler") or "c++"
-    v["cxx"] = _cmd_out([cxx, "--version"]).split("\n")[0]
+def versions(bin_path, info):
+    """Library and build versions: dpbench's own (`dpbench info`), plus the tools around it."""
+    keys = ("compiler", "build_type", "cuda_architectures", "dpbench_version", "onednn_version",
+            "cuda_driver_version", "cuda_runtime_version", "cudnn_version", "nccl_version",
+            "cublas_version", "nvidia_driver")
+    v = {k: info[k] for k in keys if k in info}
+    v["python"] = platform.python_version()
     v["cmake"] = _cmd_out(["cmake", "--version"]).split("\n")[0]
-    if v.get("cmake_cuda_compiler"):
-        out = _cmd_out([v["cmake_cuda_compiler"], "--version"]).splitlines()
-        v["nvcc"] = out[-1] if out else ""
-    for pkg in ("libdnnl2", "libbenchmark1debian"):
-        ver = _cmd_out(["dpkg-query", "-W", "-f=${Version}", pkg])
-        if ver:
-            v[pkg] = ver
-    git = ["git", "-C", ROOT]
-    v["git_commit"] = _cmd_out(git + ["rev-parse", "HEAD"])
-    v["git_dirty"] = bool(_cmd_out(git + ["status", "--porcelain", "--untracked-files=no"]))
+    v["libbenchmark1debian"] = _cmd_out(["dpkg-query", "-W", "-f=${Version}",
+                                         "libbenchmark1debian"])
+    commit = info.get("git_commit") or _cmd_out(["git", "-C", ROOT, "rev-parse", "HEAD"])
+    v["git_commit"] = commit.removesuffix("-dirty")
+    v["git_dirty"] = commit.endswith("-dirty")
     return v
 
 
@@ -222,7 +210,7 @@ class Runner:
             "status": "running", "mode": "quick" if a.quick else "full", "backend": a.backend,
             "devices": a.devices, "suites": a.suite, "invocation": a.invocation or
             " ".join(shlex.quote(x) for x in sys.argv), "dpbench_info": info,
-            "machine": machine_facts(info, a.backend), "versions": versions(a.bin),
+            "machine": machine_facts(info, a.backend), "versions": versions(a.bin, info),
             "binaries": {"dpbench": os.path.abspath(a.bin),
                          "dpbench-micro": os.path.abspath(a.micro_bin)},
         })

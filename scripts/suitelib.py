@@ -155,10 +155,11 @@ def write_json(path, obj):
     write_atomic(path, json.dumps(obj, indent=2) + "\n")
 
 
-NUMERIC = {"devices", "shared_gpu", "quick", "bucket_mb", "global_batch", "lr", "warmup_epochs",
-           "seed", "train_examples", "test_examples", "epoch", "lr_end", "train_loss", "train_acc",
-           "test_acc", "epoch_s", "images_per_s", "data_s", "compute_s", "comm_s",
-           "exposed_comm_s", "comm_calls", "replicas_in_sync", "max_replica_diff"}
+# The training CSV's columns come from dpbench's one table (src/train/train_csv.cpp) through
+# scripts/train_csv_columns.json (`dpbench info --csv-columns`; tests/cli_test.sh keeps it equal).
+with open(os.path.join(ROOT, "scripts", "train_csv_columns.json")) as _f:
+    TRAIN_CSV_COLUMNS = json.load(_f)["columns"]
+NUMERIC = {c["name"] for c in TRAIN_CSV_COLUMNS if c["type"] == "number"}
 
 
 def read_rows(path):

@@ -52,7 +52,8 @@ for r in runs:
         assert r["compute_s"] > 0 and r["backward_s"] > 0 and r["calls"] >= 1, r
         assert (r["exposed_comm_ci95_lo_s"] <= r["exposed_comm_median_s"]
                 <= r["exposed_comm_ci95_hi_s"]), r
-for key in ("cpu_model", "cores", "onednn_version", "git_commit", "dpbench_version"):
+for key in ("cpu", "cores", "memory_gib", "os", "compiler", "build_type", "onednn_version",
+            "git_commit", "dpbench_version"):
     assert key in doc["context"], "context lacks " + key
 print("ok: %d runs, %d checked, all wrong == 0, no errors" % (len(runs), len(checked)))
 EOF

@@ -3,6 +3,7 @@
 # naming the argument and a non-zero exit; --help works; results are written whole.
 set -u
 BIN="$1/dpbench"
+SRC=$(cd "$(dirname "$0")/.." && pwd)
 fails=0
 expect_fail() {  # expect_fail "needle" args...
   local needle="$1"; shift
@@ -14,6 +15,12 @@ expect_fail() {  # expect_fail "needle" args...
     echo "ok: dpbench $* -> rc=$rc ($(head -1 <<<"$out" | cut -c1-100))"
   fi
 }
+# The training CSV's column table (src/train/train_csv.cpp) and its copy for the Python scripts.
+if ! "$BIN" info --csv-columns | cmp -s - "$SRC/scripts/train_csv_columns.json"; then
+  echo "FAIL: scripts/train_csv_columns.json differs from the CSV column table; regenerate it:"
+  echo "  $BIN info --csv-columns > scripts/train_csv_columns.json"
+  fails=$((fails + 1))
+fi
 "$BIN" --help >/dev/null || { echo "FAIL: --help"; fails=$((fails + 1)); }
 "$BIN" train --help | grep -q -- "--grad-sync" || { echo "FAIL: train --help"; fails=$((fails + 1)); }
 expect_fail "--devices" train --devices 0
@@ -41,9 +48,13 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
       --csv "$tmp/out.csv" --dump-params "$tmp/p.bin" || { echo "FAIL: tiny run"; fails=$((fails + 1)); }
   "$BIN" train --devices 3 --batch 32 --epochs 1 --train-limit 256 --test-limit 64 --quiet \
       --csv "$tmp/out.csv" || { echo "FAIL: tiny run 2"; fails=$((fails + 1)); }
-  [ "$(grep -c '^model,' "$tmp/out.csv")" = 1 ] && [ "$(wc -l < "$tmp/out.csv")" = 3 ] \
+  [ "$(grep -c '^impl,model,' "$tmp/out.csv")" = 1 ] && [ "$(wc -l < "$tmp/out.csv")" = 3 ] \
       || { echo "FAIL: csv shape"; cat "$tmp/out.csv"; fails=$((fails + 1)); }
   [ "$(stat -c %s "$tmp/p.bin")" = $((4 * 129068)) ] || { echo "FAIL: dump size"; fails=$((fails + 1)); }
+  # The header is the column table's, as the Python scripts read it.
+  cols=$(python3 -c 'import json, sys; print(",".join(c["name"] for c in json.load(open(sys.argv[1]))["columns"]))' \
+         "$SRC/scripts/train_csv_columns.json")
+  [ "$(head -1 "$tmp/out.csv")" = "$cols" ] || { echo "FAIL: csv header is not scripts/train_csv_columns.json's"; fails=$((fails + 1)); }
   ls "$tmp" | grep -q '\.tmp\.' && { echo "FAIL: temporary file left"; fails=$((fails + 1)); }
 fi
 [ $fails -eq 0 ] && echo "cli_test: all passed" || { echo "cli_test: $fails failure(s)"; exit 1; }

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +21,7 @@
 #include "collectives/registry.h"
 #include "kernels/cuda/cuda_device.h"
 #include "src/core/check.h"
+#include "src/core/rank_threads.h"
 
 namespace dpb {
 namespace {
@@ -39,23 +41,15 @@ struct Ranks {  // k CUDA devices, rank r on GPU r mod count
   }
 };
 
-// Runs fn(rank) on k threads; rethrows nothing, records each rank's exception as a failure.
+// Runs fn(rank) on k threads (the shared harness, src/core/rank_threads.h); the first rank's
+// exception is recorded as a test failure, not rethrown.
 template <class Fn>
 void on_ranks(int k, Fn fn) {
-  std::vector<std::thread> threads;
-  std::mutex mu;
-  std::vector<std::string> errors;
-  for (int r = 0; r < k; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lk(mu);
-        errors.push_back("rank " + std::to_string(r) + ": " + e.what());
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) ADD_FAILURE() << e;
+  try {
+    dpb::on_ranks(k, std::function<void(int)>(fn));
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
 }
 
 // One collective call of n floats on every rank, then checks every element on every rank.

@@ -2,16 +2,21 @@
 // (relative L2 of the final parameters <= 1e-5), for every all-reduce algorithm of the table
 // (collectives/registry.h) that runs on the CPU, every granularity and
 // overlap mode, including device counts that do not divide the batch; replicas stay bitwise in
-// sync; a short real run learns.
+// sync; a short real run learns; a rank failing mid-step stops every rank with that error.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <thread>
 
 #include "collectives/registry.h"
+#include "src/core/backends.h"
+#include "src/core/check.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
 #include "src/train/trainer.h"
+#include "tests/forwarding_device.h"
 
 using namespace dpb;
 
@@ -120,4 +125,46 @@ TEST(Train, RejectsBadConfig) {
   c = small(2, "auto", SyncMode::Fused, false);
   c.tune_file = "/nonexistent/tuning.json";
   EXPECT_THROW(validate(c, data()), std::exception);
+}
+
+namespace {
+
+// Rank 1's device: its first conv2d_backward throws, after backward has handed the dense layers'
+// gradients to the GradSync, whose communication thread is slowed down (comm_wait_mark), so that
+// the failure leaves all-reduces in flight on a live communication thread.
+class FailsInBackward final : public ForwardingDevice {
+ public:
+  using ForwardingDevice::ForwardingDevice;
+  void conv2d_backward(const ConvShape&, const float*, const float*, const float*, float*, float*,
+                       float*) override {
+    throw Error("injected backward failure on rank 1");
+  }
+  void comm_wait_mark(int token) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    in_->comm_wait_mark(token);
+  }
+};
+
+}  // namespace
+
+// The replicas (their GradSync communication threads) must be gone before the all-reduce and the
+// group they use: run under AddressSanitizer this caught a use-after-free on this error path.
+TEST(Train, FailedRankStopsEveryRankWithOverlap) {
+  if (!have_data()) GTEST_SKIP() << "Fashion-MNIST not installed";
+  TrainConfig c = small(2, "ring", SyncMode::PerParam, true);
+  c.epochs = 2;
+  const DeviceFactory failing = [](int r, int threads) -> std::unique_ptr<Device> {
+    auto d = make_device("cpu", r, DeviceOptions{threads});
+    if (r == 1) return std::make_unique<FailsInBackward>(std::move(d));
+    return d;
+  };
+  try {
+    train(c, data(), {}, failing);
+    FAIL() << "train() did not throw";
+  } catch (const Error& e) {  // the cause, not one of the aborts it provoked
+    EXPECT_NE(std::string(e.what()).find("injected backward failure on rank 1"), std::string::npos)
+        << e.what();
+  }
+  c.epochs = 1;  // nothing is left behind: the next run works
+  EXPECT_TRUE(train(c, data()).epochs.at(0).replicas_in_sync);
 }

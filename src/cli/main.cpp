@@ -1,48 +1,27 @@
 // main.cpp: the `dpbench` command line.
 //   dpbench train --model lenet --devices 2 --batch 256 --lr 0.2 --epochs 10 --csv out.csv
-//   dpbench info            # what this build and machine offer (backends, GPUs, threads)
+//   dpbench info            # this machine and build: CPU, memory, OS, compiler, library versions,
+//                           # GPUs, commit, backends (src/core/machine_info.h)
+//   dpbench info --csv-columns  # the training CSV's columns (name, type, meaning) as JSON
 // Every invalid argument is refused before any work starts, with a message naming it.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
-#include <thread>
 
 #include "collectives/registry.h"
 #include "src/core/backends.h"
 #include "src/core/check.h"
 #include "src/core/registry.h"
 #include "src/core/files.h"
+#include "src/core/machine_info.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
+#include "src/train/train_csv.h"
 #include "src/train/trainer.h"
 
 namespace {
 
 using namespace dpb;
-
-const char* kCsvHeader =
-    "model,backend,devices,shared_gpu,quick,allreduce,allreduce_resolved,grad_sync,overlap,"
-    "bucket_mb,global_batch,lr,warmup_epochs,seed,train_examples,test_examples,epoch,lr_end,"
-    "train_loss,train_acc,test_acc,epoch_s,images_per_s,data_s,compute_s,comm_s,exposed_comm_s,"
-    "comm_calls,replicas_in_sync,max_replica_diff";
-
-std::string csv_row(const TrainConfig& c, const Dataset& d, bool quick, bool shared,
-                    const std::string& allreduce_resolved, const EpochStats& s) {
-  std::ostringstream o;
-  o.precision(6);
-  o << c.model << ',' << c.backend << ',' << c.devices << ',' << int(shared) << ',' << int(quick)
-    << ',' << c.allreduce << ',' << allreduce_resolved << ',' << to_string(c.sync.mode) << ','
-    << (c.sync.overlap ? "on" : "off") << ',' << c.sync.bucket_mb << ',' << c.batch << ','
-    << c.lr << ',' << c.warmup_epochs << ','
-    << c.seed << ',' << d.train.n << ',' << d.test.n << ',' << s.epoch << ',' << s.lr_end << ','
-    << s.train_loss << ',' << s.train_acc << ',' << s.test_acc << ',' << s.epoch_s << ','
-    << s.images_per_s << ',' << s.data_s << ',' << s.compute_s << ',' << s.comm_s << ','
-    << s.exposed_comm_s << ',' << s.comm_calls << ',' << int(s.replicas_in_sync) << ','
-    << s.max_replica_diff;
-  return o.str();
-}
 
 // "a | b | c (more)": an option's choices from its table.
 template <class Entry>
@@ -96,9 +75,9 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
   shared = res.shared_gpu;
   if (!csv.empty()) {
     std::vector<std::string> rows;
-    for (const auto& s : res.epochs)
-      rows.push_back(csv_row(cfg, data, quick, shared, res.allreduce_resolved, s));
-    append_csv_rows(csv, kCsvHeader, rows);
+    const TrainCsvRun run{cfg, data.train.n, data.test.n, quick, shared, res.allreduce_resolved};
+    for (const auto& s : res.epochs) rows.push_back(train_csv_row(run, s));
+    append_csv_rows(csv, train_csv_header(), rows);
   }
   if (!dump.empty()) {
     std::string bytes(reinterpret_cast<const char*>(res.final_params.data()),
@@ -122,18 +101,7 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
 }
 
 int run_info() {
-  std::string cpu = "unknown";
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
-  int ngpu = cuda_device_count();
-  std::printf("{\"cpu\": \"%s\", \"cores\": %u, \"cuda_built\": %s, \"cuda_devices\": %d, "
-              "\"default_backend\": \"%s\"}\n",
-              cpu.c_str(), std::thread::hardware_concurrency(), cuda_built() ? "true" : "false",
-              ngpu, (cuda_built() && ngpu > 0) ? "cuda" : "cpu");
+  std::fputs((machine_info().dump(2) + "\n").c_str(), stdout);
   return 0;
 }
 
@@ -200,7 +168,12 @@ int main(int argc, char** argv) {
   tr->add_option("--dump-params", dump,
                  "write replica 0's final parameters as raw little-endian float32, model order");
   tr->add_flag("--quiet", quiet, "no per-epoch lines on stdout");
-  auto* info = app.add_subcommand("info", "print what this build and machine offer, as JSON");
+  auto* info = app.add_subcommand(
+      "info", "print this machine and build (CPU, memory, OS, compiler, library versions, GPUs, "
+              "commit) as JSON");
+  bool csv_columns = false;
+  info->add_flag("--csv-columns", csv_columns,
+                 "print the training CSV's columns instead (scripts/train_csv_columns.json)");
 
   try {
     app.parse(argc, argv);
@@ -208,6 +181,10 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
+    if (info->parsed() && csv_columns) {
+      std::fputs(train_csv_schema_json().c_str(), stdout);
+      return 0;
+    }
     if (info->parsed()) return run_info();
     cfg.backend = backend;
     cfg.sync.mode = parse_sync_mode(sync_mode);

@@ -55,4 +55,11 @@ std::unique_ptr<Device> make_device(const std::string& name, int rank, const Dev
   return b.make(rank, opts);
 }
 
+std::vector<std::unique_ptr<Device>> make_devices(const std::string& name, int k, int threads,
+                                                  bool tf32) {
+  std::vector<std::unique_ptr<Device>> devs;
+  for (int r = 0; r < k; ++r) devs.push_back(make_device(name, r, DeviceOptions{threads, tf32}));
+  return devs;
+}
+
 }  // namespace dpb

@@ -31,5 +31,9 @@ const BackendEntry& find_backend(const std::string& name);
 const BackendEntry& backend_of_kind(BackendKind kind);
 // Rank r's device on backend `name`; throws naming the backend when it cannot run here.
 std::unique_ptr<Device> make_device(const std::string& name, int rank, const DeviceOptions& opts);
+// k ranks' devices on backend `name` (CUDA: rank r on GPU r mod count, shared when k exceeds it).
+// The one way the trainer, the benchmarks and the tests create a set of ranks.
+std::vector<std::unique_ptr<Device>> make_devices(const std::string& name, int k, int threads,
+                                                  bool tf32 = false);
 
 }  // namespace dpb

@@ -3,6 +3,7 @@
 #ifndef DPB_HAVE_CUDA
 #include "src/core/check.h"
 #include "src/core/device.h"
+#include "src/core/machine_info.h"
 
 namespace dpb {
 std::unique_ptr<Device> make_cuda_device(int, int, bool) {
@@ -11,5 +12,6 @@ std::unique_ptr<Device> make_cuda_device(int, int, bool) {
 }
 int cuda_device_count() { return 0; }
 bool cuda_built() { return false; }
+nlohmann::ordered_json cuda_info() { return nlohmann::ordered_json::object(); }
 }  // namespace dpb
 #endif

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace dpb {
 
@@ -144,7 +145,9 @@ class Buffer {
   size_t n_ = 0;
 };
 
-// Factories. threads: math threads for this CPU device (cores / k, at least 1).
+// Devices by backend name: make_device / make_devices in src/core/backends.h (the backend table).
+// The backends' own factories (make_device calls them). threads: math threads for this CPU
+// device (cores / k, at least 1).
 std::unique_ptr<Device> make_cpu_device(int rank, int threads);
 // gpu: the CUDA ordinal this rank runs on (rank mod GPU count). Throws when CUDA is not built.
 std::unique_ptr<Device> make_cuda_device(int rank, int gpu, bool tf32);

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -58,8 +59,14 @@ struct TrainResult {
 // Throws dpb::Error naming the argument when the configuration is invalid (before any work).
 void validate(const TrainConfig& cfg, const Dataset& data);
 
-// on_epoch is called (on the calling thread's behalf, from rank 0) after each epoch.
+// Makes rank r's device (threads: the CPU math threads it should use). Empty: the backend's
+// devices (make_devices); tests pass one to wrap them (e.g. to inject a failure).
+using DeviceFactory = std::function<std::unique_ptr<Device>(int rank, int threads)>;
+
+// on_epoch is called (on the calling thread's behalf, from rank 0) after each epoch. When a rank
+// fails, every rank is stopped and the first error is rethrown.
 TrainResult train(const TrainConfig& cfg, const Dataset& data,
-                  const std::function<void(const EpochStats&)>& on_epoch = {});
+                  const std::function<void(const EpochStats&)>& on_epoch = {},
+                  const DeviceFactory& make_dev = {});
 
 }  // namespace dpb

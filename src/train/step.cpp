@@ -1,0 +1,169 @@
+// step.cpp: one training step and its surroundings, for every caller (see step.h).
+#include "src/train/step.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "src/core/check.h"
+#include "src/core/nvtx.h"
+
+namespace dpb {
+
+RankSet::RankSet(std::vector<std::unique_ptr<Device>> devices, const std::string& algorithm,
+                 const AllReduceOptions& opts)
+    : devs(std::move(devices)) {
+  std::vector<Device*> ptrs;
+  for (auto& d : devs) ptrs.push_back(d.get());
+  group = std::make_unique<CommGroup>(int(ptrs.size()), ptrs);
+  allreduce = make_allreduce(algorithm, *group, opts);
+}
+
+void RankSet::abort(int rank, const std::string& why) {
+  allreduce->abort(rank, why);
+  group->abort(rank, why);
+}
+
+Replica make_replica(Device& dev, const std::string& model, int max_batch,
+                     const GradSyncConfig& sync, AllReduce& ar) {
+  Replica rep;
+  rep.dev = &dev;
+  rep.model = make_model(model, dev, max_batch);
+  const size_t P = rep.model->num_floats(), mb = size_t(max_batch);
+  rep.w = Buffer(dev, P, "parameters");
+  rep.g = Buffer(dev, P, "gradients");
+  rep.x = Buffer(dev, mb * kPixels, "input images");
+  rep.y = Buffer(dev, mb, "input labels");
+  rep.dlogits = Buffer(dev, mb * kClasses, "logits gradient");
+  rep.stats = Buffer(dev, 2, "loss/accuracy accumulators");
+  rep.host_x.resize(mb * kPixels);
+  rep.host_y.resize(mb);
+  rep.sync = std::make_unique<GradSync>(sync, rep.model->param_sizes(), ar, dev, dev.rank(),
+                                        rep.g.get());
+  return rep;
+}
+
+void broadcast_params(Replica& rep, CommGroup& group) {
+  NvtxRange nv("broadcast parameters");
+  const int r = rep.dev->rank();
+  group.exchange(r, rep.w.get());
+  if (r != 0) rep.dev->comm_copy(rep.w.get(), group.peer(0), rep.num_params());
+  group.barrier(r);
+  rep.dev->comm_synchronize();
+}
+
+void load_batch(Replica& rep, const uint8_t* images, const uint8_t* labels, int n) {
+  rep.dev->load_images(rep.x.get(), images, size_t(n) * kPixels);
+  rep.dev->load_labels(rep.y.get(), labels, size_t(n));
+}
+
+void load_examples(Replica& rep, const Split& split, const int* idx, int n) {
+  NvtxRange nv("data");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) {
+    std::copy_n(split.images.data() + size_t(idx[i]) * kPixels, kPixels,
+                rep.host_x.data() + size_t(i) * kPixels);
+    rep.host_y[i] = split.labels[idx[i]];
+  }
+  load_batch(rep, rep.host_x.data(), rep.host_y.data(), n);
+  rep.data_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void step_forward(Replica& rep, int n, float loss_scale) {
+  if (n == 0) return;
+  NvtxRange nv("forward");
+  const float* logits = rep.model->forward(rep.w.get(), rep.x.get(), n, true);
+  rep.dev->softmax_xent(n, kClasses, logits, rep.y.get(), loss_scale, rep.dlogits.get(),
+                        rep.stats.get());
+}
+
+void step_backward(Replica& rep, int n, bool reduce) {
+  NvtxRange nv("backward");
+  GradSync* sync = reduce ? rep.sync.get() : nullptr;
+  if (sync) sync->begin_step();
+  if (n > 0) {
+    rep.model->backward(rep.w.get(), rep.g.get(), rep.dlogits.get(), n, [sync](int i) {
+      if (sync) sync->grad_ready(i);
+    });
+  } else {  // an empty shard (last partial batch smaller than k) contributes zeros
+    rep.dev->fill(rep.g.get(), 0.0f, rep.num_params());
+    if (sync)
+      for (int i = int(rep.model->params().size()) - 1; i >= 0; --i) sync->grad_ready(i);
+  }
+}
+
+void step_sync_wait(Replica& rep) {
+  NvtxRange nv("gradient sync wait");
+  rep.sync->finish();
+}
+
+void step_update(Replica& rep, float lr) {
+  NvtxRange nv("optimizer step");
+  rep.dev->sgd_step(rep.w.get(), rep.g.get(), lr, rep.num_params());
+}
+
+void train_step(Replica& rep, int n, int global_batch, float lr) {
+  step_forward(rep, n, 1.0f / float(global_batch));
+  step_backward(rep, n, true);
+  step_sync_wait(rep);
+  step_update(rep, lr);
+}
+
+void begin_epoch(Replica& rep) {
+  rep.dev->fill(rep.stats.get(), 0.0f, 2);
+  rep.sync->reset_times();
+  rep.data_s = 0;
+}
+
+void end_epoch(Replica& rep) {
+  rep.host_w.resize(rep.num_params());
+  rep.dev->download(rep.host_w.data(), rep.w.get(), rep.num_params());
+  rep.dev->download(rep.host_stats, rep.stats.get(), 2);
+}
+
+EpochStats epoch_stats(const std::vector<Replica>& reps, int steps, int examples, double epoch_s) {
+  const Replica& r0 = reps[0];
+  EpochStats st;
+  st.epoch_s = epoch_s;
+  st.images_per_s = examples / epoch_s;
+  double loss = 0, correct = 0, maxdiff = 0;
+  for (const Replica& o : reps) {
+    loss += o.host_stats[0];
+    correct += o.host_stats[1];
+    for (size_t i = 0; i < r0.host_w.size(); ++i)
+      maxdiff = std::max(maxdiff, double(std::fabs(o.host_w[i] - r0.host_w[i])));
+  }
+  st.train_loss = loss / steps;
+  st.train_acc = correct / examples;
+  st.max_replica_diff = maxdiff;
+  st.replicas_in_sync = maxdiff == 0.0;
+  const SyncTimes& t = r0.sync->times();
+  st.comm_s = t.comm_s;
+  st.exposed_comm_s = t.exposed_s;
+  st.comm_calls = t.calls;
+  st.data_s = r0.data_s;
+  st.compute_s = std::max(0.0, epoch_s - r0.data_s - t.exposed_s);
+  return st;
+}
+
+double evaluate(Replica& rep, const Split& split) {
+  NvtxRange nv("evaluate");
+  Device& dev = *rep.dev;
+  const int batch = rep.model->max_batch();
+  const double data_s = rep.data_s;  // evaluation's loading is not training's data time
+  dev.fill(rep.stats.get(), 0.0f, 2);
+  std::vector<int> idx(batch);
+  for (int i0 = 0; i0 < split.n; i0 += batch) {
+    const int n = std::min(batch, split.n - i0);
+    for (int i = 0; i < n; ++i) idx[i] = i0 + i;
+    load_examples(rep, split, idx.data(), n);
+    const float* logits = rep.model->forward(rep.w.get(), rep.x.get(), n, false);
+    dev.softmax_xent(n, kClasses, logits, rep.y.get(), 1.0f, nullptr, rep.stats.get());
+  }
+  rep.data_s = data_s;
+  float ev[2];
+  dev.download(ev, rep.stats.get(), 2);
+  return ev[1] / split.n;
+}
+
+}  // namespace dpb

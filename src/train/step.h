@@ -1,0 +1,91 @@
+// step.h: one data-parallel training step and what surrounds it (setup per rank, broadcast,
+// step, epoch statistics, evaluation), written once and called alike by the trainer
+// (src/train/trainer.cpp), the overlap benchmark (bench/overlap_bench.cpp) and the tests, as
+// llm.c's trainer, test and profiler call the same gpt2_forward / backward_and_reduce / update.
+//
+//   RankSet ranks(make_devices("cpu", k, threads), "ring");          // shared by the k ranks
+//   Replica rep = make_replica(ranks[r], "lenet", max_batch, sync, *ranks.allreduce);  // per rank
+//   broadcast_params(rep, *ranks.group);                               // rank 0's w everywhere
+//   train_step(rep, n, global_batch, lr);  // = step_forward, step_backward, step_sync_wait, step_update
+//
+// Every phase is an NVTX range ("broadcast parameters", "data", "forward", "backward",
+// "gradient sync wait", "optimizer step", "evaluate") on the rank's thread.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/allreduce.h"
+#include "collectives/grad_sync.h"
+#include "src/core/device.h"
+#include "src/data/dataset.h"
+#include "src/model/model.h"
+#include "src/train/trainer.h"
+
+namespace dpb {
+
+constexpr int kClasses = 10;
+constexpr int kPixels = 28 * 28;
+
+// What the k ranks share. Members are destroyed in reverse order of declaration: the all-reduce
+// before the group it uses, the group before the devices. Whatever uses them (replicas, whose
+// GradSync has a communication thread) must be destroyed first: declare it after a RankSet.
+struct RankSet {
+  RankSet(std::vector<std::unique_ptr<Device>> devices, const std::string& allreduce,
+          const AllReduceOptions& opts = {});
+  std::vector<std::unique_ptr<Device>> devs;
+  std::unique_ptr<CommGroup> group;
+  std::unique_ptr<AllReduce> allreduce;
+  int size() const { return int(devs.size()); }
+  Device& operator[](int r) const { return *devs[r]; }
+  // On a rank's failure: wakes every rank blocked in the all-reduce or the group (they throw).
+  void abort(int rank, const std::string& why);
+};
+
+// Everything one rank owns. The GradSync is declared after the buffers it reduces, so that it
+// (and its communication thread) goes first.
+struct Replica {
+  Device* dev = nullptr;
+  std::unique_ptr<Model> model;
+  Buffer w, g, x, y, dlogits, stats;  // parameters, gradients, batch, logits gradient, {loss, correct}
+  std::unique_ptr<GradSync> sync;
+  std::vector<uint8_t> host_x, host_y;  // staging for a batch
+  std::vector<float> host_w;            // end-of-epoch copy for the replica check
+  float host_stats[2] = {0, 0};         // end-of-epoch {loss sum, correct}
+  double data_s = 0;                    // data loading time this epoch
+  size_t num_params() const { return model->num_floats(); }
+};
+
+// The model for up to max_batch examples, its buffers and a GradSync over `ar` for rank dev.rank().
+Replica make_replica(Device& dev, const std::string& model, int max_batch,
+                     const GradSyncConfig& sync, AllReduce& ar);
+
+// Copies rank 0's parameters to every replica over the transport (every rank calls it).
+void broadcast_params(Replica& rep, CommGroup& group);
+
+// Data: n examples (uint8 pixels, labels) from the host into the replica's batch buffers.
+void load_batch(Replica& rep, const uint8_t* images, const uint8_t* labels, int n);
+// Examples idx[0..n) of split (gathered on the host, then load_batch); adds its time to data_s.
+void load_examples(Replica& rep, const Split& split, const int* idx, int n);
+
+// The step, in four parts. n: this rank's examples (may be 0: it then contributes zero
+// gradients). loss_scale: 1 / global batch, so that k ranks compute the same update as one.
+void step_forward(Replica& rep, int n, float loss_scale);
+// Backward; with reduce, every parameter's gradient is handed to the GradSync as soon as it is
+// final (grad_ready), which launches its all-reduce when overlap is on. Without, no communication.
+void step_backward(Replica& rep, int n, bool reduce);
+void step_sync_wait(Replica& rep);  // GradSync::finish: the gradients are summed over the ranks
+void step_update(Replica& rep, float lr);  // SGD
+void train_step(Replica& rep, int n, int global_batch, float lr);  // all four, reducing
+
+// Epoch statistics: begin_epoch zeroes the replica's accumulators and times; end_epoch copies
+// its parameters and accumulators to the host; epoch_stats (rank 0, after every rank's
+// end_epoch) sums them and compares the replicas. steps and examples: the epoch's.
+void begin_epoch(Replica& rep);
+void end_epoch(Replica& rep);
+EpochStats epoch_stats(const std::vector<Replica>& reps, int steps, int examples, double epoch_s);
+
+// Accuracy on split in batches of at most the model's max_batch (inference mode).
+double evaluate(Replica& rep, const Split& split);
+
+}  // namespace dpb

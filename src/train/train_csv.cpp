@@ -1,0 +1,117 @@
+// train_csv.cpp: the training CSV's column table (see train_csv.h).
+#include "src/train/train_csv.h"
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace dpb {
+namespace {
+
+using Run = const TrainCsvRun&;
+using Ep = const EpochStats&;
+constexpr CsvType kNum = CsvType::Number, kText = CsvType::Text;
+
+std::string num(double v) {  // 6 significant digits, as the CSV has always had
+  std::ostringstream o;
+  o.precision(6);
+  o << v;
+  return o.str();
+}
+std::string integer(long long v) { return std::to_string(v); }
+
+}  // namespace
+
+const std::vector<CsvColumn>& train_csv_columns() {
+  static const std::vector<CsvColumn> cols = {
+      {"impl", kText, "what produced the row: dpbench (peer baselines write their own name)",
+       [](Run, Ep) -> std::string { return "dpbench"; }},
+      {"model", kText, "lenet | resnet18", [](Run r, Ep) { return r.cfg.model; }},
+      {"backend", kText, "cpu | cuda", [](Run r, Ep) { return r.cfg.backend; }},
+      {"devices", kNum, "ranks (logical devices)",
+       [](Run r, Ep) { return integer(r.cfg.devices); }},
+      {"shared_gpu", kNum, "1 when CUDA ranks share GPUs",
+       [](Run r, Ep) { return integer(r.shared_gpu); }},
+      {"quick", kNum, "1 when data subsets were used", [](Run r, Ep) { return integer(r.quick); }},
+      {"allreduce", kText, "--allreduce: an entry of the all-reduce table, or auto",
+       [](Run r, Ep) { return r.cfg.allreduce; }},
+      {"allreduce_resolved", kText,
+       "what ran: the algorithm, or auto's choice per message size and its table",
+       [](Run r, Ep) { return r.allreduce_resolved; }},
+      {"grad_sync", kText, "per-param | fused | bucketed",
+       [](Run r, Ep) { return to_string(r.cfg.sync.mode); }},
+      {"overlap", kText, "on | off: gradients all-reduced during backward",
+       [](Run r, Ep) -> std::string { return r.cfg.sync.overlap ? "on" : "off"; }},
+      {"bucket_mb", kNum, "bucket cap, MB (1e6 bytes)",
+       [](Run r, Ep) { return num(r.cfg.sync.bucket_mb); }},
+      {"global_batch", kNum, "global minibatch (examples)",
+       [](Run r, Ep) { return integer(r.cfg.batch); }},
+      {"lr", kNum, "learning rate after warmup", [](Run r, Ep) { return num(r.cfg.lr); }},
+      {"warmup_epochs", kNum, "epochs of linear lr warmup",
+       [](Run r, Ep) { return num(r.cfg.warmup_epochs); }},
+      {"seed", kNum, "initialization and shuffling seed",
+       [](Run r, Ep) { return std::to_string(r.cfg.seed); }},
+      {"train_examples", kNum, "training examples used",
+       [](Run r, Ep) { return integer(r.train_examples); }},
+      {"test_examples", kNum, "test examples used",
+       [](Run r, Ep) { return integer(r.test_examples); }},
+      {"epoch", kNum, "epoch, from 1", [](Run, Ep e) { return integer(e.epoch); }},
+      {"lr_end", kNum, "learning rate at the epoch's last step",
+       [](Run, Ep e) { return num(e.lr_end); }},
+      {"train_loss", kNum, "mean training loss over the epoch's steps",
+       [](Run, Ep e) { return num(e.train_loss); }},
+      {"train_acc", kNum, "training accuracy over the epoch",
+       [](Run, Ep e) { return num(e.train_acc); }},
+      {"test_acc", kNum, "test accuracy after the epoch",
+       [](Run, Ep e) { return num(e.test_acc); }},
+      {"epoch_s", kNum, "training time of the epoch, seconds (evaluation excluded)",
+       [](Run, Ep e) { return num(e.epoch_s); }},
+      {"images_per_s", kNum, "train_examples / epoch_s",
+       [](Run, Ep e) { return num(e.images_per_s); }},
+      {"data_s", kNum, "rank 0's data loading time, seconds",
+       [](Run, Ep e) { return num(e.data_s); }},
+      {"compute_s", kNum, "epoch_s - data_s - exposed_comm_s, seconds",
+       [](Run, Ep e) { return num(e.compute_s); }},
+      {"comm_s", kNum, "rank 0's time inside collective calls, seconds",
+       [](Run, Ep e) { return num(e.comm_s); }},
+      {"exposed_comm_s", kNum, "rank 0's time waiting for gradient communication, seconds",
+       [](Run, Ep e) { return num(e.exposed_comm_s); }},
+      {"comm_calls", kNum, "rank 0's collective calls in the epoch",
+       [](Run, Ep e) { return integer(e.comm_calls); }},
+      {"replicas_in_sync", kNum, "1 when all replicas' parameters are bitwise equal",
+       [](Run, Ep e) { return integer(e.replicas_in_sync); }},
+      {"max_replica_diff", kNum, "largest |difference| of a parameter between replicas",
+       [](Run, Ep e) { return num(e.max_replica_diff); }},
+  };
+  return cols;
+}
+
+std::string train_csv_header() {
+  std::string h;
+  for (const CsvColumn& c : train_csv_columns()) {
+    if (!h.empty()) h += ',';
+    h += c.name;
+  }
+  return h;
+}
+
+std::string train_csv_row(const TrainCsvRun& run, const EpochStats& epoch) {
+  std::string row;
+  for (const CsvColumn& c : train_csv_columns()) {
+    if (!row.empty()) row += ',';
+    row += c.format(run, epoch);
+  }
+  return row;
+}
+
+std::string train_csv_schema_json() {
+  nlohmann::ordered_json cols = nlohmann::ordered_json::array();
+  for (const CsvColumn& c : train_csv_columns())
+    cols.push_back({{"name", c.name},
+                    {"type", c.type == CsvType::Number ? "number" : "text"},
+                    {"doc", c.doc}});
+  nlohmann::ordered_json j;
+  j["columns"] = cols;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace dpb
