@@ -121,8 +121,10 @@ backend=${DPB_BACKEND:-$backend}
 if [ "$backend" = cuda ]; then
   why="a CUDA build and $ngpu GPU(s)"
   maxdev=$(tr , '\n' <<<"$devices" | sort -n | tail -1)
-  ((ngpu < maxdev)) && echo "note: runs with more devices than GPUs put several ranks on" \
-    "one GPU; they are marked shared_gpu (not scaling figures)"
+  if ((ngpu < maxdev)); then
+    echo "note: runs with more devices than GPUs put several ranks on one GPU; they are marked" \
+      "shared_gpu (not scaling figures)"
+  fi
 else
   why=$([ "$cuda_built" = true ] && echo "no GPU found" || echo "no CUDA build")
   echo "note: k devices are k threads sharing the $cores cores (cores/k math threads each): a" \
@@ -139,7 +141,9 @@ fi
 
 # ---- 3. microbenchmarks and suites
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo nogit)
-run_id="$(date -u +%Y%m%dT%H%M%SZ)-$commit$([ "$mode" = quick ] && echo -quick)"
+suffix=""
+[ "$mode" = full ] || suffix=-$mode  # (an `&& echo` here failed the assignment in full mode)
+run_id="$(date -u +%Y%m%dT%H%M%SZ)-$commit$suffix"
 out=${out:-results/$run_id}
 mkdir -p "$out"
 step "microbenchmarks and suites -> $out"

@@ -42,17 +42,20 @@ class Suite:
     cuda_runs: dict = field(default_factory=dict)
     quick: list = field(default_factory=list)  # (glob, args | None for skip), file order
     micro: dict = field(default_factory=dict)  # "cpu", "cpu.quick", ... -> args
+    peer_runs: list = field(default_factory=list)  # globs of runs the peers repeat (peerlib)
+    peer_micro: bool = False  # the MPI peer at the suite's all-reduce sizes
 
     def target(self, model, quick):
-        t = (self.quick_targets if quick else self.targets).get(model)
-        return t if t is not None else self.targets.get(model)
+        """Test accuracy for time to accuracy; None: none (e.g. a model time-only in quick)."""
+        table = self.quick_targets if quick else self.targets
+        return table[model] if model in table else self.targets.get(model)
 
 
 def _targets(text):
     out = {}
     for item in text.split():
         model, _, acc = item.partition(":")
-        out[model] = float(acc)
+        out[model] = None if acc == "none" else float(acc)  # none: time only
     return out
 
 
@@ -83,6 +86,9 @@ def load_suite(name):
             s.quick.append((k, None if v.strip() == "skip" else shlex.split(v)))
     if cp.has_section("micro"):
         s.micro = dict(cp["micro"].items())
+    if cp.has_section("peers"):
+        s.peer_runs = cp["peers"].get("runs", "").split()
+        s.peer_micro = cp["peers"].get("micro", "no").strip().lower() in ("yes", "true", "1")
     return s
 
 
@@ -163,15 +169,18 @@ NUMERIC = {c["name"] for c in TRAIN_CSV_COLUMNS if c["type"] == "number"}
 
 
 def read_rows(path):
-    """Rows of a suite CSV as dicts, numeric columns as floats."""
+    """Rows of a suite CSV as dicts: numeric columns as floats, blank ones (a peer's numbers that
+    it does not have) as None; `impl` is "dpbench" where the column is absent (older CSVs)."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     for r in rows:
         for k in NUMERIC & r.keys():
             try:
-                r[k] = float(r[k])
+                r[k] = float(r[k]) if r[k] != "" else None
             except ValueError:
                 pass
+        if not r.get("impl"):
+            r["impl"] = "dpbench"
     return rows
 
 
@@ -186,25 +195,50 @@ def read_results(out_dir):
     return res
 
 
+def _rewrite_csv(path, header, rows):
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    w.writerows(rows)
+    write_atomic(path, buf.getvalue())
+
+
 def append_suite_csv(path, suite, scenario, run_csv):
-    """Adds dpbench's rows from run_csv to the suite CSV with suite and scenario in front."""
+    """Adds dpbench's rows from run_csv to the suite CSV with suite, scenario and impl (dpbench)
+    in front (impl only when dpbench's own CSV lacks it). Returns the number of rows added."""
     with open(run_csv, newline="") as f:
         new = list(csv.reader(f))
     if len(new) < 2:
         return 0
-    header = ["suite", "scenario"] + new[0]
+    own_impl = "impl" in new[0]
+    header = ["suite", "scenario"] + ([] if own_impl else ["impl"]) + new[0]
     old = []
     if os.path.exists(path):
         with open(path, newline="") as f:
             old = list(csv.reader(f))
         if old and old[0] != header:
             raise SystemExit(f"run_suite: {path} has a different header; use another --out")
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerows(old or [header])
-    w.writerows([suite, scenario] + r for r in new[1:])
-    write_atomic(path, buf.getvalue())
+    prefix = [suite, scenario] + ([] if own_impl else ["dpbench"])
+    _rewrite_csv(path, header, (old or [header])[1:] + [prefix + r for r in new[1:]])
     return len(new) - 1
+
+
+def append_rows(path, rows, columns=None):
+    """Adds rows (dicts) to a CSV under its existing header (else `columns`); a column the header
+    lacks is added (blank in the old rows); keys the rows lack stay blank."""
+    header, old = list(columns or []), []
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            rd = csv.DictReader(f)
+            header, old = list(rd.fieldnames or header), list(rd)
+    for r in rows:
+        header += [k for k in r if k not in header]
+    for r in old:  # rows written before the impl column existed are dpbench's
+        if "impl" in header and not r.get("impl"):
+            r["impl"] = "dpbench"
+    body = [[r.get(c, "") if r.get(c) is not None else "" for c in header] for r in old + rows]
+    _rewrite_csv(path, header, body)
+    return len(rows)
 
 
 # ----------------------------------------------------------------------------- micro JSON
@@ -247,19 +281,21 @@ def read_micro(path):
 
 
 def group_runs(rows):
-    """{(suite, scenario): [rows ordered by epoch]}."""
+    """{(suite, scenario, impl): [rows ordered by epoch]}: a peer's rows carry the scenario of the
+    dpbench run they repeat."""
     g = {}
     for r in rows:
-        g.setdefault((r["suite"], r["scenario"]), []).append(r)
+        g.setdefault((r["suite"], r["scenario"], r.get("impl") or "dpbench"), []).append(r)
     for v in g.values():
         v.sort(key=lambda r: r["epoch"])
     return g
 
 
 def steady_epoch_s(epochs, key="epoch_s"):
-    """Median over epochs after the first (the first includes warm-up); the only one if one."""
+    """Median over epochs after the first (the first includes warm-up); the only one if one.
+    None when the run has no such number (a peer's blank column)."""
     vals = [e[key] for e in epochs[1:]] or [epochs[0][key]]
-    return statistics.median(vals)
+    return None if None in vals else statistics.median(vals)
 
 
 def time_to_acc(epochs, target):
@@ -272,18 +308,21 @@ def time_to_acc(epochs, target):
     return None
 
 
-def find_reference(runs, key):
-    """The 1-device run of the same suite and model to compare speed with: same global batch if
-    there is one."""
+def find_reference(runs, key, family=None):
+    """The 1-device run of the same suite, model and implementation family (dpbench; PyTorch for
+    PyTorch and its DDP) to compare speed with: same global batch if there is one."""
+    family = family or (lambda impl: impl)
     first = runs[key][0]
     cands = [k for k, v in runs.items() if k[0] == key[0] and v[0]["model"] == first["model"]
-             and v[0]["devices"] == 1 and v[0]["backend"] == first["backend"]]
+             and v[0]["devices"] == 1 and v[0]["backend"] == first["backend"]
+             and family(k[2]) == family(key[2])]
     same = [k for k in cands if runs[k][0]["global_batch"] == first["global_batch"]]
     return (same or cands or [None])[0]
 
 
-def summarize(out_dir):
-    """Summary rows (dicts) for every training run in a results folder."""
+def summarize(out_dir, family=None):
+    """Summary rows (dicts) for every training run (dpbench's and the peers') in a results
+    folder; family(impl) groups implementations for the speedup reference."""
     targets = {}
     rows_out = []
     for suite, rows in read_results(out_dir).items():
@@ -295,13 +334,13 @@ def summarize(out_dir):
         for key, eps in runs.items():
             e0, last = eps[0], eps[-1]
             t = steady_epoch_s(eps)
-            ref = find_reference(runs, key)
+            ref = find_reference(runs, key, family)
             speedup = steady_epoch_s(runs[ref]) / t if ref and t > 0 else None
             quick = bool(e0["quick"])
             target = targets[suite].target(e0["model"], quick)
             tta = time_to_acc(eps, target)
             rows_out.append({
-                "suite": suite, "scenario": key[1], "model": e0["model"],
+                "suite": suite, "scenario": key[1], "impl": key[2], "model": e0["model"],
                 "backend": e0["backend"], "devices": int(e0["devices"]),
                 "shared_gpu": int(e0["shared_gpu"]), "quick": int(quick),
                 "global_batch": int(e0["global_batch"]), "lr": e0["lr"],
@@ -315,6 +354,6 @@ def summarize(out_dir):
                 "efficiency": speedup / e0["devices"] if speedup else None,
                 "final_acc": last["test_acc"], "best_acc": max(e["test_acc"] for e in eps),
                 "target_acc": target, "time_to_target_s": tta,
-                "in_sync": int(all(e["replicas_in_sync"] == 1 for e in eps)),
+                "in_sync": int(all(e["replicas_in_sync"] in (1, None) for e in eps)),
             })
     return rows_out

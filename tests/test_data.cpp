@@ -140,17 +140,19 @@ constexpr const char* kLbl = "train-labels-idx1-ubyte";
 class DataReal : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!fs::is_directory(dpb::kDefaultDataDir)) return;
+    dir_ = dpb::resolve_data_dir("");  // $DPBENCH_DATA first (a GPU bundle's data), else Debian's
+    if (!fs::is_directory(dir_)) return;
     const auto t0 = std::chrono::steady_clock::now();
-    full_ = std::make_unique<dpb::Dataset>(dpb::load_fashion_mnist(dpb::kDefaultDataDir));
+    full_ = std::make_unique<dpb::Dataset>(dpb::load_fashion_mnist(dir_));
     seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   static void TearDownTestSuite() { full_.reset(); }
   void SetUp() override {
     if (!full_)
-      GTEST_SKIP() << dpb::kDefaultDataDir
-                   << " not found (sudo apt-get install dataset-fashion-mnist)";
+      GTEST_SKIP() << dir_ << " not found (sudo apt-get install dataset-fashion-mnist, or set "
+                   << "DPBENCH_DATA)";
   }
+  static inline std::string dir_;
   static inline std::unique_ptr<dpb::Dataset> full_;
   static inline double seconds_ = 0;
 };
@@ -176,7 +178,7 @@ TEST_F(DataReal, SizesHistogramAndFirstLabel) {
 }
 
 TEST_F(DataReal, LimitsKeepThePrefix) {
-  const dpb::Dataset d = dpb::load_fashion_mnist(dpb::kDefaultDataDir, 1000, 10);
+  const dpb::Dataset d = dpb::load_fashion_mnist(dir_, 1000, 10);
   ASSERT_EQ(d.train.n, 1000);
   ASSERT_EQ(d.test.n, 10);
   EXPECT_EQ(d.train.labels, Bytes(full_->train.labels.begin(), full_->train.labels.begin() + 1000));
@@ -188,7 +190,7 @@ TEST_F(DataReal, RawFilesMatchGzip) {
   TempDir dir;
   for (const char* name : {"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"})
     write_file(dir.file(name),
-               dpb::read_file_bytes(std::string(dpb::kDefaultDataDir) + "/" + name + ".gz"));
+               dpb::read_file_bytes(dir_ + "/" + name + ".gz"));
   const dpb::Split s =
       dpb::read_idx_pair(dir.file("t10k-images-idx3-ubyte"), dir.file("t10k-labels-idx1-ubyte"));
   EXPECT_EQ(s.n, 10000);

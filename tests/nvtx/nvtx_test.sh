@@ -4,7 +4,8 @@
 set -u
 B="$1"
 [ -f "$B/libdpb_nvtx_recorder.so" ] || { echo "nvtx recorder not built (no NVTX headers): skipped"; exit 0; }
-[ -d /usr/share/datasets/fashion-mnist ] || { echo "no Fashion-MNIST: skipped"; exit 0; }
+DATA=${DPBENCH_DATA:-/usr/share/datasets/fashion-mnist}  # dpbench reads $DPBENCH_DATA too
+[ -d "$DATA" ] || { echo "no Fashion-MNIST in $DATA: skipped"; exit 0; }
 log=$(mktemp); trap 'rm -f "$log"' EXIT
 NVTX_INJECTION64_PATH="$B/libdpb_nvtx_recorder.so" DPB_NVTX_LOG="$log" \
   "$B/dpbench" train --devices 2 --batch 32 --epochs 1 --train-limit 128 --test-limit 32 \

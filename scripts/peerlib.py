@@ -1,0 +1,248 @@
+"""peerlib.py: the peers (peers/: the reference implementations people compare dpbench with) as
+one table, and how scripts/run_suite.py runs them beside a suite's own runs (`--peers`).
+
+A suite names what its peers repeat in its [peers] section (scenarios/d2l-lenet.ini):
+  runs = GLOB ...   dpbench runs each available training peer repeats with the same data and
+                    recipe (model, global batch, lr, epochs, data limits, seed, device count)
+  micro = yes       OpenMPI's MPI_Allreduce at the ranks and message sizes of the suite's all-reduce
+                    microbenchmarks
+Peer rows go into the same CSVs as dpbench's, told apart by the `impl` column (dpbench, pytorch,
+pytorch-ddp, jax, openmpi), with dpbench's columns (blank where a peer has no such number).
+Adding a peer: a script in peers/ that prints `DPB_PEER {json}` per epoch (peers/common.py) and
+one Peer entry below. Standard library only.
+"""
+import fnmatch
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from suitelib import ROOT, arg_value
+
+PEERS_DIR = os.path.join(ROOT, "peers")
+TORCH_HINT = "sudo apt-get install python3-torch (Debian 12), or: DPB_PEERS=1 scripts/setup.sh"
+JAX_HINT = ("not packaged by Debian 12: /usr/bin/python3 -m pip install --break-system-packages "
+            "'jax[cuda12]' (or a venv and DPB_PEER_PYTHON=VENV/bin/python)")
+MPI_HINT = "sudo apt-get install openmpi-bin libopenmpi-dev (scripts/setup.sh installs them)"
+
+
+def peer_python():
+    """Debian's python3 sees python3-torch; a pyenv python3 on PATH does not."""
+    return os.environ.get("DPB_PEER_PYTHON") or "/usr/bin/python3"
+
+
+@dataclass
+class Peer:
+    impl: str  # the `impl` column
+    family: str  # speedup reference: a run's 1-device run of the same family
+    kind: str  # "train" (mirrors training runs) or "micro" (mirrors all-reduce benchmarks)
+    about: str
+    probe: str  # python code that exits 0 when the framework works ("" for the MPI peer)
+    install: str
+    gpu_only: bool = False
+    min_devices: int = 1
+    max_devices: int = 1 << 30
+    models: tuple = ("lenet", "resnet18")
+
+    def available(self, backend):
+        """'' when this peer can run here, else why not (with how to install it)."""
+        if self.gpu_only and backend != "cuda":
+            return "GPU only (this run's backend is cpu)"
+        if self.kind == "micro":
+            missing = [c for c in ("mpicc", "mpirun") if not shutil.which(c)]
+            return f"{' and '.join(missing)} not found: {self.install}" if missing else ""
+        code = self.probe + ("; import torch; assert torch.cuda.is_available()"
+                             if backend == "cuda" and "torch" in self.probe else "")
+        try:
+            r = subprocess.run([peer_python(), "-c", code], capture_output=True, text=True,
+                               timeout=120)
+        except (OSError, subprocess.SubprocessError) as e:
+            return f"{peer_python()} failed ({e}): {self.install}"
+        if r.returncode != 0:
+            last = (r.stderr.strip().splitlines() or ["?"])[-1][:120]
+            return f"not usable with {peer_python()} ({last}): {self.install}"
+        return ""
+
+    def mirrors(self, args, backend):
+        """'' when this peer can repeat the dpbench run with these arguments, else why not."""
+        model, k = arg_value(args, "--model", "lenet"), int(arg_value(args, "--devices", "1"))
+        if model not in self.models:
+            return f"no {model} peer"
+        if not self.min_devices <= k <= self.max_devices:
+            return f"{k} device(s)"
+        if float(arg_value(args, "--warmup-epochs", "0")) > 0:
+            return "lr warmup"
+        return ""
+
+
+PEERS = (
+    Peer("pytorch", "pytorch", "train", "PyTorch, one device: d2l 12.5 LeNet / 12.6 ResNet-18 "
+         "(peers/torch_train.py)", "import torch", TORCH_HINT, max_devices=1),
+    Peer("pytorch-ddp", "pytorch", "train", "PyTorch DistributedDataParallel, K processes, Gloo "
+         "(CPU) or NCCL (GPU) (peers/torch_train.py)", "import torch", TORCH_HINT, min_devices=2),
+    Peer("jax", "jax", "train", "JAX pmap LeNet on K GPUs (peers/jax_lenet.py)",
+         "import jax; assert jax.default_backend() == 'gpu'", JAX_HINT, gpu_only=True,
+         models=("lenet",)),
+    Peer("openmpi", "openmpi", "micro", "OpenMPI MPI_Allreduce, K processes "
+         "(peers/mpi_allreduce.c)", "", MPI_HINT),
+)
+BY_IMPL = {p.impl: p for p in PEERS}
+FAMILY = {p.impl: p.family for p in PEERS} | {"dpbench": "dpbench"}
+PEER_ARGS = ("--model", "--batch", "--lr", "--epochs", "--train-limit", "--test-limit", "--seed",
+             "--devices")
+
+
+@dataclass
+class PeerRun:
+    peer: Peer
+    suite: str
+    name: str  # the dpbench run it mirrors (its scenario)
+    args: list  # that run's final dpbench arguments
+
+
+def check_available(backend):
+    """({impl: ''}, {impl: why not}) for every peer, printed for the user."""
+    ok, missing = {}, {}
+    for p in PEERS:
+        why = p.available(backend)
+        (missing if why else ok)[p.impl] = why
+    print("peers: " + (", ".join(ok) or "none available") + " (DPB_PEER_PYTHON=" +
+          peer_python() + ")", flush=True)
+    for impl, why in missing.items():
+        print(f"  peer {impl} not run: {why}", flush=True)
+    return ok, missing
+
+
+def plan(suite, runs, available, backend):
+    """PeerRuns for a suite's expanded dpbench runs, and notes on what is not mirrored."""
+    out, notes = [], []
+    globs = suite.peer_runs
+    for run in runs:
+        if not any(fnmatch.fnmatchcase(run.name, g) for g in globs):
+            continue
+        for p in PEERS:
+            if p.kind == "train" and p.impl in available:
+                why = p.mirrors(run.args, backend)
+                if why:
+                    notes.append((suite.name, f"{p.impl} {run.name}", "not mirrored: " + why))
+                else:
+                    out.append(PeerRun(p, suite.name, run.name, run.args))
+    return out
+
+
+def train_command(pr, backend, data_dir):
+    a = pr.args
+    script = "jax_lenet.py" if pr.peer.impl == "jax" else "torch_train.py"
+    cmd = [peer_python(), os.path.join(PEERS_DIR, script)]
+    for flag in PEER_ARGS:
+        v = arg_value(a, flag)
+        if v is not None:
+            cmd += [flag, v]
+    if script == "torch_train.py":
+        cmd += ["--device", "cuda" if backend == "cuda" else "cpu"]
+        threads = arg_value(a, "--threads")
+        if threads:
+            cmd += ["--threads", threads]
+    if data_dir:
+        cmd += ["--data-dir", data_dir]
+    return cmd
+
+
+def epoch_rows(pr, backend, log_lines):
+    """dpbench-schema rows (dicts) from a training peer's `DPB_PEER {json}` lines."""
+    a, impl = pr.args, pr.peer.impl
+    k = int(arg_value(a, "--devices", "1"))
+    limited = arg_value(a, "--train-limit") or arg_value(a, "--test-limit")
+    sync = {"pytorch-ddp": ("nccl" if backend == "cuda" else "gloo", "ddp-bucketed", "on", 25),
+            "jax": ("pmean", "fused", "off", "")}.get(impl, ("", "", "", ""))
+    rows = []
+    for line in log_lines:
+        if not line.startswith("DPB_PEER "):
+            continue
+        e = json.loads(line[len("DPB_PEER "):])
+        rows.append({
+            "suite": pr.suite, "scenario": pr.name, "impl": impl,
+            "model": arg_value(a, "--model", "lenet"), "backend": backend, "devices": k,
+            "shared_gpu": 0, "quick": 1 if limited else 0, "allreduce": sync[0],
+            "grad_sync": sync[1], "overlap": sync[2], "bucket_mb": sync[3],
+            "global_batch": arg_value(a, "--batch", "256"), "lr": arg_value(a, "--lr", "0.2"),
+            "warmup_epochs": 0, "seed": arg_value(a, "--seed", "1"),
+            "train_examples": e.get("train_examples", ""),
+            "test_examples": e.get("test_examples", ""), "epoch": e["epoch"],
+            "lr_end": arg_value(a, "--lr", "0.2"), "train_loss": e["train_loss"],
+            "train_acc": e["train_acc"], "test_acc": e["test_acc"], "epoch_s": e["epoch_s"],
+            "images_per_s": e["images_per_s"],  # the rest (times, sync checks): blank
+        })
+    return rows
+
+
+# ----------------------------------------------------------------------------- MPI peer
+
+
+def mpi_binary(build_dir):
+    """Compiles peers/mpi_allreduce.c with mpicc into BUILD/peers/ when missing or stale."""
+    src = os.path.join(PEERS_DIR, "mpi_allreduce.c")
+    exe = os.path.join(build_dir, "peers", "mpi_allreduce")
+    if os.path.exists(exe) and os.path.getmtime(exe) >= os.path.getmtime(src):
+        return exe, None
+    os.makedirs(os.path.dirname(exe), exist_ok=True)
+    cmd = ["mpicc", "-O2", "-o", exe + ".tmp", src]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, f"{' '.join(cmd)} failed: {r.stderr.strip()[:300]}"
+    os.replace(exe + ".tmp", exe)
+    return exe, None
+
+
+def mpi_command(exe, ranks, sizes, min_time):
+    launcher = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(ranks)]
+    if os.geteuid() == 0:
+        launcher.insert(1, "--allow-run-as-root")
+    return launcher + [exe, "--min-time", f"{min_time:g}"] + [str(b) for b in sizes]
+
+
+def mpi_env():
+    env = dict(os.environ)
+    if os.geteuid() == 0:  # OpenMPI refuses root without both
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
+def micro_targets(micro_rows):
+    """{ranks: [bytes...]} of dpbench's all-reduce benchmarks (not shared-GPU ones)."""
+    out = {}
+    for r in micro_rows:
+        if r.get("family") == "allreduce" and not r.get("shared") and r.get("ranks") and \
+                r.get("bytes"):
+            out.setdefault(int(r["ranks"]), set()).add(int(r["bytes"]))
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def min_time_of(micro_args, default=0.1):
+    for tok in shlex.split(micro_args or ""):
+        if tok.startswith("--benchmark_min_time="):
+            try:
+                return float(tok.split("=", 1)[1].rstrip("s"))
+            except ValueError:
+                pass
+    return default
+
+
+def micro_rows(log_lines, backend, quick):
+    """bench_to_csv-schema rows (dicts) from the MPI peer's `DPB_PEER_MICRO k=v ...` lines."""
+    rows = []
+    for line in log_lines:
+        if not line.startswith("DPB_PEER_MICRO "):
+            continue
+        f = dict(kv.split("=", 1) for kv in line.split()[1:])
+        ranks, size = int(f["ranks"]), int(f["bytes"])
+        rows.append({"name": f"allreduce/cpu/openmpi/ranks:{ranks}/bytes:{size}",
+                     "impl": "openmpi", "backend": "cpu", "kind": "allreduce",
+                     "algorithm_mode": "openmpi", "ranks": ranks, "devices": ranks,
+                     "bytes": size, "shared_gpu": False, "quick": int(quick),
+                     "real_time_s": f["time_s"], "algbw_GBps": f["algbw_GBps"],
+                     "busbw_GBps": f["busbw_GBps"], "wrong": f["wrong"],
+                     "iterations": f.get("reps", ""), "aggregate": "median"})
+    return rows
