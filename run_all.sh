@@ -5,6 +5,7 @@
 # manifest.json, logs/, plots/, summary.txt) and prints a summary table.
 #   ./run_all.sh                              # quick without a GPU (about 15 min on 2 cores), else full
 #   ./run_all.sh --full --suite d2l-lenet --devices 1,2
+#   ./run_all.sh --quick --suite d2l-lenet --peers   # PyTorch, DDP, JAX, OpenMPI beside dpbench
 #   ./run_all.sh --out results/20260101T000000Z-abc1234    # continue an interrupted run
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -13,7 +14,8 @@ INVOCATION="./run_all.sh${*:+ $*}"
 
 usage() {
   cat <<'EOF'
-usage: ./run_all.sh [--quick | --full] [--suite NAME]... [--devices LIST] [--out DIR] [--no-build]
+usage: ./run_all.sh [--quick | --full] [--suite NAME]... [--devices LIST] [--peers] [--out DIR]
+                   [--no-build]
 
   --quick         data subsets and fewer epochs (default without a GPU); every output says quick
   --full          the suites' full settings (default with a GPU; hours on a CPU)
@@ -21,17 +23,26 @@ usage: ./run_all.sh [--quick | --full] [--suite NAME]... [--devices LIST] [--out
                   default = yes: micro, d2l-lenet, d2l-resnet18, scaling, sync). `smoke` is CI's.
   --devices LIST  device counts to run, e.g. 1,2 (default 1,2,4; `--devices max` runs use the
                   largest)
+  --peers         also run the peers (peers/: PyTorch on 1 device, PyTorch DDP and JAX on k,
+                  OpenMPI's MPI_Allreduce) whose framework is installed, on the same data and
+                  recipe as the runs their suites name; rows in the same CSVs (column impl),
+                  side by side in summary.txt and the plots. Says which are missing and how to
+                  install them (PyTorch: apt-get install python3-torch; jax: see peers/README.md)
   --out DIR       results folder (default results/<UTC time>-<commit>[-quick]); an existing one is
                   continued: runs already in its CSVs are skipped
   --no-build      use the build as it is, even when sources are newer
   -h, --help      this text
 
-Environment: DPB_BUILD_DIR (default build), DPB_BACKEND=cpu|cuda to override the detection.
+Environment: DPB_BUILD_DIR (default build), DPB_BACKEND=cpu|cuda to override the detection,
+DPB_PEER_PYTHON (default /usr/bin/python3: Debian's, which sees python3-torch).
+At the end the run is compared with the committed baselines of its backend that share suites with
+it (results/baseline/<backend>-*; scripts/check_regression; informational: the exit status is
+that of the runs).
 Suites and their runs: scripts/run_suite.py list
 EOF
 }
 
-mode="" devices="1,2,4" out="" out_given=0 build_ok=1
+mode="" devices="1,2,4" out="" out_given=0 build_ok=1 peers=""
 suites=()
 while (($#)); do
   case $1 in
@@ -47,6 +58,7 @@ while (($#)); do
            out=$2; out_given=1; shift ;;
     --out=*) out=${1#*=}; out_given=1 ;;
     --no-build) build_ok=0 ;;
+    --peers) peers=--peers ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_all.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -150,7 +162,7 @@ step "microbenchmarks and suites -> $out"
 set +e
 python3 scripts/run_suite.py run --out "$out" --"$mode" --backend "$backend" --devices "$devices" \
   --bin "$BUILD/dpbench" ${suite_list:+--suite "$suite_list"} --info "$info" \
-  --invocation "$INVOCATION"
+  --invocation "$INVOCATION" $peers
 rc=$?
 set -e
 ((rc == 130)) && interrupted
@@ -182,5 +194,29 @@ echo
 echo "run_all.sh: done in $(elapsed) ($mode mode, backend $backend). Results: $out/"
 echo "  suite CSVs: $(cd "$out" && ls *.csv 2>/dev/null | grep -v '^summary\|^micro-' | tr '\n' ' ')"
 echo "  plots: $out/plots/   summary: $out/summary.txt   manifest: $out/manifest.json"
+
+# ---- 6. regression check against the committed baselines of this backend (what they share)
+step "regression check (scripts/check_regression against results/baseline/$backend-*)"
+checked=0
+for base in results/baseline/"$backend"-*/; do
+  [ -d "$base" ] || continue
+  base=${base%/}
+  report="$out/regression-$(basename "$base").txt"
+  set +e
+  scripts/check_regression "$out" "$base" >"$report" 2>&1
+  crc=$?
+  set -e
+  if ((crc == 2)); then
+    echo "  $base: nothing in common with this run ($(tail -1 "$report"))"
+    continue
+  fi
+  checked=1
+  { scripts/check_regression --quiet "$out" "$base" 2>&1 || true; } | sed 's/^/  /'
+  echo "  (full table: $report)"
+  ((crc == 0)) || echo "run_all.sh: WARNING: check_regression found regressions against $base;" \
+    "informational: the exit status is that of the runs" >&2
+done
+((checked)) || echo "  no baseline shares suites with this run; compare two runs with" \
+  "scripts/check_regression RUN BASELINE"
 ((rc == 0)) || echo "run_all.sh: some runs failed (see above and $out/manifest.json)" >&2
 exit $rc

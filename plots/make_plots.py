@@ -8,6 +8,8 @@ into RESULTS_DIR/plots/. Needs matplotlib (Debian: python3-matplotlib; run it wi
   scaling_grid.png          final test accuracy over the global batch x lr grid (scaling suite)
   micro_busbw.png           all-reduce bus bandwidth vs message size per algorithm and rank count
   time_to_accuracy.png      test accuracy vs training time, with each suite's target
+  peers.png                 epoch time of dpbench and each peer on the same runs, with the ratio
+                            (./run_all.sh --peers); the accuracy figures draw the peers dashed
 
 Every title names the machine (manifest.json) and says when the data are quick subsets; runs with
 ranks sharing one GPU are drawn dashed / hatched. A figure whose data are missing is skipped with a
@@ -29,6 +31,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "scripts"))
 import suitelib as rs  # noqa: E402  (suite files, CSV and benchmark readers, summary rows)
+from peerlib import FAMILY  # noqa: E402
+import peer_plots  # noqa: E402  (plots/: the peers figure)
+from summary import micro_peer_rows  # noqa: E402
 
 MODEL_NAME = {"lenet": "LeNet", "resnet18": "ResNet-18"}
 GRAD_BYTES = {516272: "LeNet gradients", 44703272: "ResNet-18 gradients"}  # dpbench-micro's sizes
@@ -76,6 +81,10 @@ def acc_ylim(ax):
     ax.set_ylim(0, max(0.3, ax.get_ylim()[1]))
 
 
+def peer_label(name, impl):
+    return name if impl == "dpbench" else f"{name} [{impl}]"
+
+
 def legend_below(ax, n, **kw):
     if n <= 5:
         ax.legend(loc="best", **kw)
@@ -95,8 +104,13 @@ class Plotter:
                 self.manifest = json.load(f)
         self.machine = self.manifest.get("machine", {}).get("label", "unknown machine")
         self.backend = self.manifest.get("backend", "")
-        self.results = rs.read_results(out_dir)
-        self.summary = rs.summarize(out_dir) if self.results else []
+        self.all_results = rs.read_results(out_dir)  # dpbench's and the peers' rows
+        self.results = {s: [r for r in rows if r["impl"] == "dpbench"]
+                        for s, rows in self.all_results.items()}
+        self.results = {s: rows for s, rows in self.results.items() if rows}
+        self.all_summary = rs.summarize(out_dir, family=lambda i: FAMILY.get(i, i)) \
+            if self.all_results else []
+        self.summary = [r for r in self.all_summary if r["impl"] == "dpbench"]
         self.made, self.skipped = [], []
 
     def title(self, fig, what, rows=(), extra=""):
@@ -245,26 +259,43 @@ class Plotter:
         self.save(fig, f"breakdown_{suite}")
 
     def accuracy(self, suite, rows):
+        """Test accuracy per epoch; a peer's repeat of a run in the run's colour, dotted."""
         runs = rs.group_runs(rows)
         models = sorted({eps[0]["model"] for eps in runs.values()})
         fig, axes = plt.subplots(1, len(models), figsize=(5.6 * len(models), 4.4), squeeze=False)
         for ax, m in zip(axes[0], models):
-            items = [(k[1], eps) for k, eps in runs.items() if eps[0]["model"] == m]
-            cmap = plt.get_cmap("tab20" if len(items) > 10 else "tab10")
-            for i, (name, eps) in enumerate(items):
+            items = [(k, eps) for k, eps in runs.items() if eps[0]["model"] == m]
+            names = list(dict.fromkeys(k[1] for k, _ in items))
+            cmap = plt.get_cmap("tab20" if len(names) > 10 else "tab10")
+            for key, eps in items:
                 shared = any(e["shared_gpu"] for e in eps)
                 ax.plot([e["epoch"] for e in eps], [e["test_acc"] for e in eps],
-                        marker="o", ms=3, color=cmap(i % cmap.N), ls="--" if shared else "-",
-                        label=short(name, m) + (" (shared GPU)" if shared else "") +
-                        (" (OUT OF SYNC)" if any(e["replicas_in_sync"] != 1 for e in eps) else ""))
+                        marker="o" if key[2] == "dpbench" else "s", ms=3,
+                        color=cmap(names.index(key[1]) % cmap.N),
+                        ls=":" if key[2] != "dpbench" else "--" if shared else "-",
+                        label=peer_label(short(key[1], m), key[2]) +
+                        (" (shared GPU)" if shared else "") +
+                        (" (OUT OF SYNC)" if any(e["replicas_in_sync"] not in (1, None)
+                                                 for e in eps) else ""))
             acc_ylim(ax)
             ax.set_xlabel("epoch")
             ax.set_ylabel("test accuracy (fraction)")
-            ax.set_title(MODEL_NAME.get(m, m))
+            ax.set_title(MODEL_NAME.get(m, m) + self.time_only(suite, m, rows))
             ax.xaxis.get_major_locator().set_params(integer=True)
             legend_below(ax, len(items))
         self.title(fig, f"Test accuracy per epoch, suite {suite}", rows)
         self.save(fig, f"accuracy_{suite}")
+
+    @staticmethod
+    def time_only(suite, model, rows):
+        """A note for a model that a suite's quick mode runs for time only (no quick target)."""
+        try:
+            s = rs.load_suite(suite)
+        except SystemExit:
+            return ""
+        quick = any(r["quick"] for r in rows if r["model"] == model)
+        return ("\n(time only in quick mode: too few steps for a meaningful accuracy)"
+                if quick and model in s.quick_targets and s.target(model, True) is None else "")
 
     def scaling_grid(self):
         rows = [r for r in self.summary if r["suite"] == "scaling"]
@@ -327,6 +358,9 @@ class Plotter:
                 continue
             pts += [b for b in bench if b.get("family") == "allreduce" and "bytes" in b
                     and "busbw_GBps" in b]
+        pts += [{"family": "allreduce", "backend": "cpu", "alg": p["impl"], "ranks": p["ranks"],
+                 "bytes": p["bytes"], "busbw_GBps": p["busbw_GBps"], "wrong": p["wrong"]}
+                for p in micro_peer_rows(self.dir)]  # the OpenMPI peer (--peers)
         if not pts:
             raise Skip("no allreduce benchmarks with bytes and busbw_GBps in " +
                        ", ".join(os.path.basename(f) for f in files))
@@ -377,9 +411,9 @@ class Plotter:
                 suite = rs.load_suite(s)
             except SystemExit:
                 continue
-            runs = rs.group_runs(self.results[s])
+            runs = rs.group_runs(self.all_results[s])  # with the peers
             for m in sorted({eps[0]["model"] for eps in runs.values()}):
-                items = [(k[1], eps) for k, eps in runs.items() if eps[0]["model"] == m]
+                items = [(k, eps) for k, eps in runs.items() if eps[0]["model"] == m]
                 target = suite.target(m, bool(items[0][1][0]["quick"]))
                 if target is not None:
                     panels.append((s, m, target, items))
@@ -391,17 +425,20 @@ class Plotter:
         for ax in axes.flat[len(panels):]:
             ax.set_visible(False)
         for ax, (s, m, target, items) in zip(axes.flat, panels):
-            cmap = plt.get_cmap("tab20" if len(items) > 10 else "tab10")
-            for i, (name, eps) in enumerate(items):
+            names = list(dict.fromkeys(k[1] for k, _ in items))
+            cmap = plt.get_cmap("tab20" if len(names) > 10 else "tab10")
+            for key, eps in items:
                 t, xs = 0.0, []
                 for e in eps:
                     t += e["epoch_s"]
                     xs.append(t)
                 shared = any(e["shared_gpu"] for e in eps)
                 tta = rs.time_to_acc(eps, target)
-                ax.plot(xs, [e["test_acc"] for e in eps], marker="o", ms=3,
-                        color=cmap(i % cmap.N), ls="--" if shared else "-",
-                        label=f"{short(name, m)}: " +
+                ax.plot(xs, [e["test_acc"] for e in eps], ms=3,
+                        marker="o" if key[2] == "dpbench" else "s",
+                        color=cmap(names.index(key[1]) % cmap.N),
+                        ls=":" if key[2] != "dpbench" else "--" if shared else "-",
+                        label=f"{peer_label(short(key[1], m), key[2])}: " +
                         (f"{tta:.3g} s" if tta is not None else "not reached"))
             ax.axhline(target, color="black", lw=0.8, ls=":")
             ax.text(0.01, target, f"target {target:.2f}", va="bottom", fontsize=7,
@@ -420,12 +457,13 @@ class Plotter:
         self.attempt("speedup", self.speedup)
         for suite, rows in self.results.items():
             self.attempt(f"breakdown_{suite}", self.breakdown, suite, rows)
-            self.attempt(f"accuracy_{suite}", self.accuracy, suite, rows)
+            self.attempt(f"accuracy_{suite}", self.accuracy, suite, self.all_results[suite])
         if not self.results:
             self.skipped.append("training figures: no suite CSVs in " + self.dir)
         self.attempt("scaling_grid", self.scaling_grid)
         self.attempt("micro_busbw", self.micro)
         self.attempt("time_to_accuracy", self.time_to_accuracy)
+        self.attempt("peers", peer_plots.peers, self, Skip, MODEL_NAME)
 
 
 def main():

@@ -125,11 +125,12 @@ def plan(suite, runs, available, backend):
         for p in PEERS:
             if p.kind == "train" and p.impl in available:
                 why = p.mirrors(run.args, backend)
-                if why:
-                    notes.append((suite.name, f"{p.impl} {run.name}", "not mirrored: " + why))
+                if why and "device" not in why:  # a peer for other device counts: no news
+                    notes.append((suite.name, f"{p.impl} {run.name}", "not repeated by the "
+                                  "peer: " + why))
                 else:
                     out.append(PeerRun(p, suite.name, run.name, run.args))
-    return out
+    return out, notes
 
 
 def train_command(pr, backend, data_dir):
@@ -246,3 +247,95 @@ def micro_rows(log_lines, backend, quick):
                      "busbw_GBps": f["busbw_GBps"], "wrong": f["wrong"],
                      "iterations": f.get("reps", ""), "aggregate": "median"})
     return rows
+
+
+# ----------------------------------------------------------------------------- running them
+
+
+def _done(csv_path, scenario, impl, read_rows):
+    return os.path.exists(csv_path) and any(
+        r["scenario"] == scenario and r["impl"] == impl for r in read_rows(csv_path))
+
+
+def run_train_peer(runner, pr, n, total):
+    """Runs one training peer for a dpbench run and adds its rows to the suite CSV."""
+    from suitelib import read_rows
+    a = runner.a
+    suite_csv = os.path.join(runner.out, f"{pr.suite}.csv")
+    tag = f"[{n}/{total} {runner.elapsed()}] {pr.suite}/{pr.name} peer {pr.peer.impl}"
+    if _done(suite_csv, pr.name, pr.peer.impl, read_rows):
+        print(f"{tag}: already in {suite_csv}, skipped", flush=True)
+        return
+    cmd = train_command(pr, a.backend, arg_value(pr.args, "--data-dir"))
+    print(f"{tag}: {' '.join(shlex.quote(c) for c in cmd[1:])}", flush=True)
+    log = os.path.join(runner.out, "logs", pr.suite, f"{pr.name}.{pr.peer.impl}.log")
+    rc, wall, tail = runner.execute(cmd, log, lambda line: line.startswith("epoch"))
+    with open(log) as f:
+        rows = epoch_rows(pr, a.backend, f)
+    if rows:
+        from suitelib import append_rows
+        append_rows(suite_csv, rows, fallback_columns())
+    entry = {"suite": pr.suite, "scenario": pr.name, "impl": pr.peer.impl, "cmd": cmd, "rc": rc,
+             "wall_s": round(wall, 2), "log": os.path.relpath(log, runner.out)}
+    _finish(runner, entry, rc, wall, tail, f"{len(rows)} epoch rows -> {suite_csv}")
+
+
+def run_micro_peer(runner, suite, n, total):
+    """MPI_Allreduce at the ranks and sizes of the suite's dpbench all-reduce benchmarks; rows go
+    to DIR/micro-<suite>.csv beside dpbench's."""
+    from suitelib import append_rows, read_micro
+    a = runner.a
+    tag = f"[{n}/{total} {runner.elapsed()}] {suite.name}: peer openmpi"
+    bench = os.path.join(runner.out, f"micro-{suite.name}.json")
+    csv_path = bench[:-5] + ".csv"
+    if not os.path.exists(bench):
+        print(f"{tag}: skipped, no dpbench all-reduce results to compare with", flush=True)
+        return
+    if os.path.exists(csv_path) and "openmpi" in open(csv_path).read():
+        print(f"{tag}: already in {csv_path}, skipped", flush=True)
+        return
+    targets = micro_targets(read_micro(bench)[0])
+    exe, err = mpi_binary(os.path.dirname(os.path.abspath(a.bin)))
+    print(f"{tag}: MPI_Allreduce at " + "; ".join(
+        f"{k} ranks x {len(v)} sizes" for k, v in targets.items()), flush=True)
+    if err:
+        runner.failures.append(f"{suite.name}/openmpi ({err})")
+        print("      FAILED: " + err, flush=True)
+        return
+    key = a.backend + (".quick" if a.quick else "")
+    min_time = min_time_of(suite.micro.get(key) or suite.micro.get(a.backend))
+    os.environ.update({k: v for k, v in mpi_env().items() if k.startswith("OMPI_ALLOW")})
+    for ranks, sizes in targets.items():
+        cmd = mpi_command(exe, ranks, sizes, min_time)
+        log = os.path.join(runner.out, "logs", suite.name, f"openmpi-{ranks}.log")
+        rc, wall, tail = runner.execute(cmd, log, lambda line: line.startswith("DPB_PEER_MICRO"))
+        with open(log) as f:
+            rows = micro_rows(f, a.backend, a.quick)
+        if rows:
+            append_rows(csv_path, rows, ["name", "impl"])
+        entry = {"suite": suite.name, "scenario": f"openmpi-{ranks}", "impl": "openmpi",
+                 "cmd": cmd, "rc": rc, "wall_s": round(wall, 2),
+                 "log": os.path.relpath(log, runner.out)}
+        _finish(runner, entry, rc, wall, tail, f"{len(rows)} rows -> {csv_path}")
+
+
+def _finish(runner, entry, rc, wall, tail, done):
+    if rc != 0:
+        runner.failures.append(f"{entry['suite']}/{entry['scenario']} peer {entry['impl']} "
+                               f"(rc {rc}, see {entry['log']})")
+        print(f"      FAILED (rc {rc}) after {wall:.1f} s; last output:", flush=True)
+        for line in tail:
+            print("      | " + line, flush=True)
+    else:
+        print(f"      done in {wall:.1f} s, {done}", flush=True)
+    runner.record(entry)
+
+
+def fallback_columns():
+    """The suite CSV's columns when no dpbench run wrote its header yet (README: CSV columns)."""
+    return ["suite", "scenario", "impl", "model", "backend", "devices", "shared_gpu", "quick",
+            "allreduce", "grad_sync", "overlap", "bucket_mb", "global_batch", "lr",
+            "warmup_epochs", "seed", "train_examples", "test_examples", "epoch", "lr_end",
+            "train_loss", "train_acc", "test_acc", "epoch_s", "images_per_s", "data_s",
+            "compute_s", "comm_s", "exposed_comm_s", "comm_calls", "replicas_in_sync",
+            "max_replica_diff"]

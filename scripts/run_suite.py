@@ -3,21 +3,22 @@
 
   scripts/run_suite.py list                                   # the suites and their runs
   scripts/run_suite.py run --out DIR --suite d2l-lenet,micro [--quick|--full] [--devices 1,2,4]
-      [--backend cpu|cuda] [--bin build/dpbench] [--micro-bin build/dpbench-micro]
+      [--backend cpu|cuda] [--bin build/dpbench] [--micro-bin build/dpbench-micro] [--peers]
       [--set "--lr 0.1"] [--wrap "nsys profile -o DIR/{suite}-{scenario}"] [--dry-run]
   scripts/run_suite.py summary DIR                            # the summary table of a results folder
   scripts/run_suite.py record --rc N --wall S DIR -- CMD...   # add a command run outside to DIR's manifest
 
-`run` writes DIR/<suite>.csv (dpbench's columns after `suite,scenario`, one header, rewritten
+`run` writes DIR/<suite>.csv (dpbench's columns after `suite,scenario,impl`, one header, rewritten
 atomically after every run), DIR/micro-<suite>.json (+ .csv when scripts/bench_to_csv.py exists),
 DIR/logs/<suite>/<scenario>.log and DIR/manifest.json (machine, versions, every command). Runs
 already in DIR/<suite>.csv are skipped, so an interrupted run continues with the same --out.
+--peers: after each suite's runs, the installed peers (peers/, scripts/peerlib.py) repeat the runs
+its [peers] section names; their rows join the same CSVs with impl = pytorch, pytorch-ddp, jax or
+openmpi.
 Standard library only: it runs under any python3. Suite files, readers and the per-run numbers are
 in scripts/suitelib.py.
 """
 import argparse
-import csv
-import io
 import json
 import os
 import platform
@@ -26,112 +27,13 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suitelib import (ROOT, append_suite_csv, expand_runs, load_suite,  # noqa: E402
-                      read_micro, read_rows, suite_names, summarize, write_atomic, write_json)
-
-
-# ----------------------------------------------------------------------------- summary table
-
-
-def fmt(v, spec):
-    return "-" if v is None else format(v, spec)
-
-
-def micro_summary(out_dir):
-    """Lines on all-reduce bus bandwidth at the largest message of each rank count."""
-    lines = []
-    for f in sorted(os.listdir(out_dir)):
-        if not (f.startswith("micro-") and f.endswith(".json")):
-            continue
-        try:
-            rows = [r for r in read_micro(os.path.join(out_dir, f))[0]
-                    if r.get("family") == "allreduce" and r.get("busbw_GBps") is not None]
-        except ValueError:
-            continue
-        for key in sorted({(r.get("backend"), r.get("ranks")) for r in rows}, key=str):
-            at = [r for r in rows if (r.get("backend"), r.get("ranks")) == key]
-            big = max(r.get("bytes", 0) for r in at)
-            bw = ", ".join(f"{r.get('alg')} {r['busbw_GBps']:.2f}"
-                           for r in sorted(at, key=lambda r: str(r.get("alg")))
-                           if r.get("bytes") == big)
-            wrong = sum(r.get("wrong", 0) or 0 for r in at)
-            lines.append(f"  {f}: {key[0]}, {key[1]} ranks, {big / 2**20:g} MiB: busbw GB/s "
-                         f"{bw}" + (f"; WRONG results in {wrong:.0f} elements" if wrong else ""))
-    return lines
-
-
-def summary_text(out_dir, rows):
-    manifest = {}
-    mpath = os.path.join(out_dir, "manifest.json")
-    if os.path.exists(mpath):
-        with open(mpath) as f:
-            manifest = json.load(f)
-    lines = []
-    head = f"Summary of {out_dir}"
-    if manifest:
-        head += (f" ({manifest.get('machine', {}).get('label', '?')}, backend "
-                 f"{manifest.get('backend')}, {manifest.get('mode', '?').upper()} mode)")
-    lines.append(head)
-    if any(r["quick"] for r in rows):
-        lines.append("QUICK: data subsets and fewer epochs; accuracies are not comparable with full "
-                     "runs.")
-    if any(r["shared_gpu"] for r in rows):
-        lines.append("SHARED GPU (*): ranks share one GPU; those times are not scaling figures.")
-    micro = micro_summary(out_dir)
-    if micro:
-        lines += ["", "== micro: all-reduce at the largest message"] + micro
-    if not rows:
-        lines.append("no training results in " + out_dir)
-        return "\n".join(lines) + "\n"
-    cols = ("scenario", "k", "batch", "lr", "sync", "data", "epoch s", "speedup", "eff",
-            "final acc", "best acc", "t->target")
-    for suite in dict.fromkeys(r["suite"] for r in rows):
-        sr = [r for r in rows if r["suite"] == suite]
-        lines.append("")
-        lines.append(f"== {suite}")
-        table = [cols]
-        for r in sr:
-            sync = f"{r['allreduce']}/{r['grad_sync']}/{r['overlap']}" if r["devices"] > 1 else "-"
-            tgt = ("-" if r["target_acc"] is None else
-                   f"{fmt(r['time_to_target_s'], '.1f')} s @{r['target_acc']:.2f}"
-                   if r["time_to_target_s"] is not None else f"never @{r['target_acc']:.2f}")
-            table.append((
-                r["scenario"] + ("" if r["in_sync"] else " (OUT OF SYNC)"),
-                f"{r['devices']}{'*' if r['shared_gpu'] else ''}", str(r["global_batch"]),
-                f"{r['lr']:g}" + (f" w{r['warmup_epochs']:g}" if r["warmup_epochs"] else ""),
-                sync, f"{r['train_examples']}/{r['test_examples']}x{r['epochs']}",
-                fmt(r["epoch_s"], ".2f"), fmt(r["speedup"], ".2f"), fmt(r["efficiency"], ".0%"),
-                fmt(r["final_acc"], ".3f"), fmt(r["best_acc"], ".3f"), tgt))
-        widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
-        for i, row in enumerate(table):
-            lines.append("  ".join(c.ljust(w) if j == 0 else c.rjust(w)
-                                   for j, (c, w) in enumerate(zip(row, widths))))
-            if i == 0:
-                lines.append("  ".join("-" * w for w in widths))
-    lines.append("")
-    lines += textwrap.wrap(
-        "k: devices; data: train/test examples x epochs; epoch s: median of the epochs after the "
-        "first; speedup: 1-device epoch time of the same model (same global batch where run) / "
-        "this epoch time; eff: speedup / k; t->target: training seconds until the test accuracy "
-        "first reached the target.", 100)
-    return "\n".join(lines) + "\n"
-
-
-def write_summary(out_dir):
-    rows = summarize(out_dir)
-    text = summary_text(out_dir, rows)
-    write_atomic(os.path.join(out_dir, "summary.txt"), text)
-    if rows:
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-        write_atomic(os.path.join(out_dir, "summary.csv"), buf.getvalue())
-    return text
+import peerlib  # noqa: E402
+from suitelib import (ROOT, append_rows, append_suite_csv, expand_runs, load_suite,  # noqa: E402
+                      read_micro, read_rows, suite_names, write_json)
+from summary import write_summary  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- manifest
@@ -364,12 +266,24 @@ class Runner:
         a = self.a
         suites = [load_suite(s) for s in a.suite]
         plan, notes = [], []
+        available = {}
+        if a.peers:
+            available, missing = peerlib.check_available(a.backend)
+            self.manifest["peers_missing"] = [f"{k}: {v}" for k, v in missing.items()]
         for s in suites:
             if s.micro:
                 plan.append(("micro", s))
             runs, n = expand_runs(s, a.quick, a.backend, a.devices, shlex.split(a.set or ""))
             plan += [("train", r) for r in runs]
             notes += n
+            if a.peers:
+                peer_runs, n = peerlib.plan(s, runs, available, a.backend)
+                plan += [("peer", p) for p in peer_runs]
+                notes += n
+                if s.peer_micro and s.micro and "openmpi" in available:
+                    plan.append(("peer-micro", s))
+                if not s.peer_runs and not s.peer_micro:
+                    print(f"  note: {s.name}: no [peers] section, no peer repeats its runs")
         grouped = {}
         for suite, name, why in notes:
             grouped.setdefault((suite, why), []).append(name)
@@ -381,18 +295,21 @@ class Runner:
               f"{a.backend}, devices {','.join(map(str, a.devices))}) -> {self.out}", flush=True)
         if a.dry_run:
             for n, (kind, item) in enumerate(plan, 1):
-                print(f"[{n}/{total}] " + (f"{item.name}: dpbench-micro" if kind == "micro" else
-                                           f"{item.suite}/{item.name}: " + " ".join(item.args)))
+                print(f"[{n}/{total}] " + {
+                    "micro": lambda: f"{item.name}: dpbench-micro",
+                    "train": lambda: f"{item.suite}/{item.name}: " + " ".join(item.args),
+                    "peer": lambda: f"{item.suite}/{item.name}: peer {item.peer.impl}",
+                    "peer-micro": lambda: f"{item.name}: peer openmpi"}[kind]())
             return 0
         os.makedirs(self.out, exist_ok=True)
         self.save()
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # like Ctrl-C: stop cleanly
         try:
+            steps = {"micro": self.run_micro, "train": self.run_train,
+                     "peer": lambda *x: peerlib.run_train_peer(self, *x),
+                     "peer-micro": lambda *x: peerlib.run_micro_peer(self, *x)}
             for n, (kind, item) in enumerate(plan, 1):
-                if kind == "micro":
-                    self.run_micro(item, n, total)
-                else:
-                    self.run_train(item, n, total)
+                steps[kind](item, n, total)
         except KeyboardInterrupt:
             self.remove_tmp()
             self.manifest["status"] = "interrupted"
@@ -441,6 +358,8 @@ def main(argv=None):
     r.add_argument("--info", default="", help="`dpbench info` JSON (else asked from --bin)")
     r.add_argument("--invocation", default="", help="the command line to record")
     r.add_argument("--dry-run", action="store_true", help="print the commands only")
+    r.add_argument("--peers", action="store_true", help="also run the installed peers (peers/) "
+                   "on the runs the suites' [peers] sections name")
     rec = sub.add_parser("record", help="add a command run outside (plots) to the manifest")
     rec.add_argument("dir")
     rec.add_argument("--rc", type=int, default=0)

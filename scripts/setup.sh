@@ -3,12 +3,16 @@
 # build/. Idempotent: a second run installs nothing and rebuilds only what changed.
 #   scripts/setup.sh            # packages + Release build in build/
 #   DPB_CUDA=OFF scripts/setup.sh   # force a CPU-only build (default AUTO: CUDA when nvcc is found)
+#   DPB_PEERS=1 scripts/setup.sh    # also python3-torch for the PyTorch peers (peers/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake ninja-build pkg-config git zlib1g-dev libdnnl-dev ocl-icd-opencl-dev libbenchmark-dev
       libbenchmark-tools libgtest-dev libcli11-dev nlohmann-json3-dev dataset-fashion-mnist
       python3 python3-matplotlib python3-pandas python3-numpy python3-scipy openmpi-bin libopenmpi-dev)
+
+# DPB_PEERS=1: also PyTorch for the peers (./run_all.sh --peers; peers/README.md); a large download
+if [ "${DPB_PEERS:-0}" = 1 ]; then PKGS+=(python3-torch); fi
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""check_regression_test.py: tests of scripts/check_regression on copies of the committed
+baselines (no training: seconds), and of the suite files in every mode (a dry run per suite,
+mode and backend). scripts/test.sh runs it.
+
+  scripts/check_regression_test.py            # every results/baseline/cpu-* folder
+
+For each baseline: an identical copy passes; planted regressions fail (every accuracy -0.1; the
+2-device runs' epochs 3x slower; a run the manifest shows as failed); what a run does not hold is
+skipped, not failed (a suite left out, a run never started, peer rows); an older CSV without the
+impl column still reads. Standard library only.
+"""
+import csv
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+CHECK = os.path.join(HERE, "check_regression")
+failures = []
+
+
+def check(name, run_dir, base, want_rc, want_text=()):
+    r = subprocess.run([sys.executable, CHECK, run_dir, base], capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    ok = r.returncode == want_rc and all(t in out for t in want_text)
+    print(f"{'ok  ' if ok else 'FAIL'} {os.path.basename(base)}: {name} (exit {r.returncode}, "
+          f"want {want_rc})")
+    if not ok:
+        failures.append(f"{os.path.basename(base)}: {name}")
+        print("\n".join("     | " + line for line in out.splitlines()[-25:]))
+
+
+def suite_csvs(d):
+    return sorted(f for f in glob.glob(os.path.join(d, "*.csv"))
+                  if not os.path.basename(f).startswith(("micro-", "summary")))
+
+
+def edit_rows(d, fn):
+    """Applies fn(row) -> row | None (drop) to every row of d's suite CSVs."""
+    for path in suite_csvs(d):
+        with open(path, newline="") as f:
+            rd = csv.DictReader(f)
+            cols, rows = rd.fieldnames, list(rd)
+        rows = [x for x in (fn(dict(r)) for r in rows) if x is not None]
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols, lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+
+
+def dpbench(r):
+    return r.get("impl", "dpbench") in ("", "dpbench")
+
+
+def copy(base, tmp, name):
+    d = os.path.join(tmp, name)
+    shutil.copytree(base, d)
+    return d
+
+
+def test_baseline(base, tmp):
+    check("identical copy passes", copy(base, tmp, "same"), base, 0, ["no regression"])
+
+    d = copy(base, tmp, "acc")
+    edit_rows(d, lambda r: {**r, "test_acc": float(r["test_acc"]) - 0.1,
+                            "train_acc": float(r["train_acc"]) - 0.1} if dpbench(r) else r)
+    check("accuracy -0.1 fails", d, base, 1, ["REGRESSION: off by 0.100"])
+
+    d = copy(base, tmp, "slow")
+    edit_rows(d, lambda r: {**r, "epoch_s": float(r["epoch_s"]) * 3}
+              if dpbench(r) and float(r["devices"]) == 2 else r)
+    check("2-device epochs 3x slower fail", d, base, 1, ["REGRESSION: slower"])
+
+    csvs = suite_csvs(base)
+    victim_csv = csvs[0]
+    with open(victim_csv, newline="") as f:
+        victim = next(csv.DictReader(f))["scenario"]
+    suite = os.path.basename(victim_csv)[:-4]
+
+    d = copy(base, tmp, "failed")
+    edit_rows(d, lambda r: None if r["suite"] == suite and r["scenario"] == victim else r)
+    mpath = os.path.join(d, "manifest.json")
+    with open(mpath) as f:
+        m = json.load(f)
+    for c in m.get("commands", []):
+        if c.get("suite") == suite and c.get("scenario") == victim:
+            c["rc"] = 1
+    with open(mpath, "w") as f:
+        json.dump(m, f)
+    check(f"a failed run ({suite}/{victim}) fails", d, base, 1, ["REGRESSION: the run failed"])
+
+    d = copy(base, tmp, "notrun")
+    edit_rows(d, lambda r: None if r["suite"] == suite and r["scenario"] == victim else r)
+    with open(mpath) as f:
+        m = json.load(f)
+    m["commands"] = [c for c in m.get("commands", []) if c.get("scenario") != victim]
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump(m, f)
+    check(f"a run never started ({victim}) is skipped", d, base, 0, ["SKIP: not run here"])
+
+    d = copy(base, tmp, "nosuite")
+    os.remove(os.path.join(d, os.path.basename(victim_csv)))
+    want = 0 if len(csvs) > 1 or glob.glob(os.path.join(base, "micro-*.json")) else 2
+    check(f"suite {suite} left out is skipped", d, base, want, ["SKIP: not in this run"])
+
+    d = copy(base, tmp, "peers")
+    path = os.path.join(d, os.path.basename(victim_csv))
+    with open(path, newline="") as f:
+        rd = csv.DictReader(f)
+        cols, rows = list(rd.fieldnames), list(rd)
+    if "impl" not in cols:
+        cols.insert(2, "impl")
+    peer = [{**r, "impl": "pytorch", "test_acc": "0.01", "epoch_s": "999",
+             "replicas_in_sync": ""} for r in rows if r["scenario"] == victim]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, lineterminator="\n", restval="")
+        w.writeheader()
+        w.writerows(rows + peer)
+    check("peer rows are not compared", d, base, 0, ["no regression"])
+
+    d = copy(base, tmp, "noimpl")
+    for path in suite_csvs(d):
+        with open(path, newline="") as f:
+            rd = csv.DictReader(f)
+            cols, rows = [c for c in rd.fieldnames if c != "impl"], list(rd)
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols, lineterminator="\n", extrasaction="ignore")
+            w.writeheader()
+            w.writerows(r for r in rows if dpbench(r))
+    check("a CSV without the impl column reads", d, base, 0, ["no regression"])
+
+
+def test_dry_runs():
+    """Every suite expands in both modes on both backends (the full-mode runs are what a GPU
+    machine runs by default, and what ./run_all.sh --full runs here)."""
+    suites = sorted(f[:-4] for f in os.listdir(os.path.join(ROOT, "scenarios"))
+                    if f.endswith(".ini"))
+    for backend in ("cpu", "cuda"):
+        for mode in ("--quick", "--full"):
+            cmd = [sys.executable, os.path.join(HERE, "run_suite.py"), "run", "--dry-run",
+                   "--out", "/nonexistent/dry", "--backend", backend, mode, "--suite",
+                   ",".join(suites)]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            ok = r.returncode == 0 and "steps" in r.stdout
+            print(f"{'ok  ' if ok else 'FAIL'} dry run of every suite, {backend} {mode[2:]}")
+            if not ok:
+                failures.append(f"dry run {backend} {mode}")
+                print(r.stdout[-1500:] + r.stderr[-1500:])
+
+
+def main():
+    bases = sorted(glob.glob(os.path.join(ROOT, "results", "baseline", "cpu-*")))
+    if not bases:
+        print("check_regression_test: no results/baseline/cpu-* folder", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        for base in bases:
+            sub = os.path.join(tmp, os.path.basename(base))
+            os.makedirs(sub)
+            test_baseline(base, sub)
+    test_dry_runs()
+    print("check_regression_test: " + (f"{len(failures)} FAILED: " + "; ".join(failures)
+                                       if failures else "all passed"))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
