@@ -42,7 +42,7 @@ def peers(p, Skip, model_names):
         models = sorted({model_names.get(r["model"], r["model"]) for r in pairs})
         ax.set_title(f"suite {suite}: {', '.join(models)}")
         ax.margins(x=0.35)
-        ax.legend(loc="lower right")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4)
     p.title(fig, "dpbench and its peers on the same runs (epoch time; ratio = peer / dpbench)",
             [r for s in suites for r in p.all_results[s]])
     p.save(fig, "peers")

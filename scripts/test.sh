@@ -12,4 +12,8 @@ if [ -x scripts/regression_smoke.sh ]; then
   echo "== regression check"
   scripts/regression_smoke.sh "$BUILD"
 fi
+# ./run_all.sh in full and --peers mode on the smoke suite, and check_regression's tests
+# (planted regressions); the quick mode ran in regression_smoke.sh above (issue 10)
+echo "== run_all modes"
+scripts/run_all_modes_test.sh "$BUILD"
 echo "test.sh: all checks passed"

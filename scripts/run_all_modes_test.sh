@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# run_all_modes_test.sh BUILD_DIR: CI's check of ./run_all.sh's full and --peers modes (the quick
+# mode runs in scripts/regression_smoke.sh), on the small smoke suite at 1 and 2 devices: the run
+# must finish, pass check_regression against results/baseline/cpu-ci, and hold a summary and the
+# rows of every peer that is installed (PyTorch: python3-torch; OpenMPI: openmpi-bin, which
+# scripts/setup.sh installs). About 1.5 minutes on 2 cores. Then check_regression's own tests
+# (planted regressions, skipped suites; seconds).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:?usage: scripts/run_all_modes_test.sh BUILD_DIR}
+scripts/check_regression_test.py
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dpbench-modes.XXXXXX")
+t0=$SECONDS
+DPB_BUILD_DIR="$BUILD" DPB_BACKEND=cpu ./run_all.sh --full --suite smoke --devices 1,2 --peers \
+  --no-build --out "$tmp/full" | tee "$tmp/run_all.log"
+echo "run_all_modes_test: ./run_all.sh --full --peers --suite smoke took $((SECONDS - t0)) s"
+fails=0
+need() {  # need DESCRIPTION COMMAND...
+  if "${@:2}" >/dev/null 2>&1; then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi
+}
+need "full mode in the manifest" grep -q '"mode": "full"' "$tmp/full/manifest.json"
+need "summary.txt written" test -s "$tmp/full/summary.txt"
+need "impl column, dpbench rows" grep -q ',dpbench,' "$tmp/full/smoke.csv"
+need "the run says which peers it ran" grep -q '^peers: ' "$tmp/run_all.log"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  need "pytorch rows (1 device)" grep -q ',lenet-k1,pytorch,' "$tmp/full/smoke.csv"
+  need "pytorch-ddp rows (2 processes)" grep -q ',lenet-k2,pytorch-ddp,' "$tmp/full/smoke.csv"
+  need "peers side by side in summary.txt" grep -q 'peer/dpbench' "$tmp/full/summary.txt"
+else
+  need "says PyTorch is missing and how to install it" grep -q 'peer pytorch not run.*apt-get' \
+    "$tmp/run_all.log"
+fi
+if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
+  need "openmpi rows beside dpbench-micro's" grep -q 'openmpi' "$tmp/full/micro-smoke.csv"
+fi
+need "check_regression passes the full run" scripts/check_regression --quiet "$tmp/full" \
+  results/baseline/cpu-ci
+if ((fails)); then
+  echo "run_all_modes_test: $fails failure(s); results kept in $tmp" >&2
+  exit 1
+fi
+rm -rf "$tmp"
+echo "run_all_modes_test: all passed"
