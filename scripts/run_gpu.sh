@@ -89,7 +89,7 @@ step_test() {
     echo "== cli_test"; "$B/tests/cli_test.sh" "$B/bin" || rc=1
     echo "== nvtx_test"; "$B/tests/nvtx/nvtx_test.sh" "$B/bin" || rc=1
   } >"$OUT/test.log" 2>&1
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|cli_test:|nvtx|FAIL" "$OUT/test.log" | tail -40
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|cli_test:|nvtx|FAIL|on the GPU|GPU rank" "$OUT/test.log" | tail -40
   echo "run_gpu test: $([ $rc -eq 0 ] && echo passed || echo FAILED) (log: $OUT/test.log)"
   return $rc
 }
