@@ -31,8 +31,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peerlib  # noqa: E402
-from suitelib import (ROOT, append_rows, append_suite_csv, expand_runs, load_suite,  # noqa: E402
-                      read_micro, read_rows, suite_names, write_json)
+from suitelib import (ROOT, append_suite_csv, expand_runs, load_suite, read_rows,  # noqa: E402
+                      suite_names, write_json)
 from summary import write_summary  # noqa: E402
 
 
