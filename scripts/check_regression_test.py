@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """check_regression_test.py: tests of scripts/check_regression on copies of the committed
-baselines (no training: seconds), and of the suite files in every mode (a dry run per suite,
-mode and backend). scripts/test.sh runs it.
+baselines (no training: seconds), of the suite files in every mode (a dry run per suite, mode and
+backend) and of which peers repeat which runs (scripts/peerlib.py). scripts/test.sh runs it.
 
   scripts/check_regression_test.py            # every results/baseline/cpu-* folder
 
@@ -154,6 +154,34 @@ def test_dry_runs():
                 print(r.stdout[-1500:] + r.stderr[-1500:])
 
 
+def test_peer_plan():
+    """Which peer repeats which run: PyTorch the 1-device runs, DDP the k > 1 ones, JAX only on
+    GPUs, nothing for a suite without a [peers] section."""
+    sys.path.insert(0, HERE)
+    import peerlib
+    import suitelib
+    cases = (("d2l-lenet", "cpu", {"lenet-k1": ["pytorch"], "lenet-k2": ["pytorch-ddp"],
+                                   "lenet-k4": ["pytorch-ddp"]}),
+             ("d2l-lenet", "cuda", {"lenet-k1": ["pytorch", "jax"],
+                                    "lenet-k2": ["pytorch-ddp", "jax"],
+                                    "lenet-k4": ["pytorch-ddp", "jax"]}),
+             ("d2l-resnet18", "cpu", {"resnet18-k1": ["pytorch"],
+                                      "resnet18-k2": ["pytorch-ddp"],
+                                      "resnet18-k4": ["pytorch-ddp"]}),
+             ("sync", "cpu", {}))
+    every = {p.impl: "" for p in peerlib.PEERS}
+    for name, backend, want in cases:
+        suite = suitelib.load_suite(name)
+        runs, _ = suitelib.expand_runs(suite, True, backend, [1, 2, 4])
+        got = {}
+        for pr in peerlib.plan(suite, runs, every, backend)[0]:
+            got.setdefault(pr.name, []).append(pr.peer.impl)
+        ok = got == want
+        print(f"{'ok  ' if ok else 'FAIL'} peers planned for {name} on {backend}")
+        if not ok:
+            failures.append(f"peer plan {name} {backend}: {got}")
+
+
 def main():
     bases = sorted(glob.glob(os.path.join(ROOT, "results", "baseline", "cpu-*")))
     if not bases:
@@ -165,6 +193,7 @@ def main():
             os.makedirs(sub)
             test_baseline(base, sub)
     test_dry_runs()
+    test_peer_plan()
     print("check_regression_test: " + (f"{len(failures)} FAILED: " + "; ".join(failures)
                                        if failures else "all passed"))
     return 1 if failures else 0

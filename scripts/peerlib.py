@@ -68,6 +68,8 @@ class Peer:
     def mirrors(self, args, backend):
         """'' when this peer can repeat the dpbench run with these arguments, else why not."""
         model, k = arg_value(args, "--model", "lenet"), int(arg_value(args, "--devices", "1"))
+        if self.gpu_only and backend != "cuda":
+            return "GPU only"
         if model not in self.models:
             return f"no {model} peer"
         if not self.min_devices <= k <= self.max_devices:
@@ -125,11 +127,11 @@ def plan(suite, runs, available, backend):
         for p in PEERS:
             if p.kind == "train" and p.impl in available:
                 why = p.mirrors(run.args, backend)
-                if why and "device" not in why:  # a peer for other device counts: no news
+                if not why:
+                    out.append(PeerRun(p, suite.name, run.name, run.args))
+                elif "device" not in why:  # a peer for other device counts: no news
                     notes.append((suite.name, f"{p.impl} {run.name}", "not repeated by the "
                                   "peer: " + why))
-                else:
-                    out.append(PeerRun(p, suite.name, run.name, run.args))
     return out, notes
 
 
