@@ -3,7 +3,7 @@
 # hardware (`dpbench info`), runs the microbenchmarks and the scenario suites (scenarios/*.ini)
 # through scripts/run_suite.py, writes results/<run-id>/ (one CSV per suite, benchmark JSON/CSV,
 # manifest.json, logs/, plots/, summary.txt) and prints a summary table.
-#   ./run_all.sh                              # quick without a GPU (about 15 min on 2 cores), else full
+#   ./run_all.sh                              # quick without a GPU (sized for ~15 min on 2 cores), else full
 #   ./run_all.sh --full --suite d2l-lenet --devices 1,2
 #   ./run_all.sh --quick --suite d2l-lenet --peers   # PyTorch, DDP, JAX, OpenMPI beside dpbench
 #   ./run_all.sh --out results/20260101T000000Z-abc1234    # continue an interrupted run
