@@ -124,8 +124,8 @@ def summary_text(out_dir, rows):
                  f"{manifest.get('backend')}, {manifest.get('mode', '?').upper()} mode)")
     lines.append(head)
     if any(r["quick"] for r in rows):
-        lines.append("QUICK: fewer epochs and data subsets; accuracies are not comparable with "
-                     "full runs.")
+        lines.append("QUICK (quick = 1 in the CSVs): runs with fewer epochs or data subsets; "
+                     "their accuracies are not comparable with full runs.")
     if any(r["shared_gpu"] for r in rows):
         lines.append("SHARED GPU (*): ranks share one GPU; those times are not scaling figures.")
     for note in manifest.get("peers_missing", []):
