@@ -17,7 +17,8 @@ usage() {
 usage: ./run_all.sh [--quick | --full] [--suite NAME]... [--devices LIST] [--peers] [--out DIR]
                    [--no-build]
 
-  --quick         data subsets and fewer epochs (default without a GPU); every output says quick
+  --quick         fewer epochs and data subsets, sized for ~15 min on 2 cores with LeNet past its
+                  loss plateau (default without a GPU); every output says quick
   --full          the suites' full settings (default with a GPU; hours on a CPU)
   --suite NAME    a suite from scenarios/ (repeatable or comma list; default: every suite marked
                   default = yes: micro, d2l-lenet, d2l-resnet18, scaling, sync). `smoke` is CI's.
