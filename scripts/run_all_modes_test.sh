@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # run_all_modes_test.sh BUILD_DIR: CI's check of ./run_all.sh's full and --peers modes (the quick
 # mode runs in scripts/regression_smoke.sh), on the small smoke suite at 1 and 2 devices: the run
-# must finish, be comparable by check_regression with results/baseline/cpu-ci, and hold a summary and the
-# rows of every peer that is installed (PyTorch: python3-torch; OpenMPI: openmpi-bin, which
+# must finish, be comparable by check_regression with results/baseline/cpu-ci, and hold a summary
+# and the rows of every peer that is installed (PyTorch: python3-torch; OpenMPI: openmpi-bin, which
 # scripts/setup.sh installs). About 1.5 minutes on 2 cores. Then check_regression's own tests
 # (planted regressions, skipped suites; seconds).
 set -euo pipefail
