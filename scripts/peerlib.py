@@ -334,10 +334,7 @@ def _finish(runner, entry, rc, wall, tail, done):
 
 
 def fallback_columns():
-    """The suite CSV's columns when no dpbench run wrote its header yet (README: CSV columns)."""
-    return ["suite", "scenario", "impl", "model", "backend", "devices", "shared_gpu", "quick",
-            "allreduce", "grad_sync", "overlap", "bucket_mb", "global_batch", "lr",
-            "warmup_epochs", "seed", "train_examples", "test_examples", "epoch", "lr_end",
-            "train_loss", "train_acc", "test_acc", "epoch_s", "images_per_s", "data_s",
-            "compute_s", "comm_s", "exposed_comm_s", "comm_calls", "replicas_in_sync",
-            "max_replica_diff"]
+    """The suite CSV's columns when no dpbench run wrote its header yet: suite, scenario, then
+    dpbench's column table (scripts/train_csv_columns.json, impl first)."""
+    from suitelib import TRAIN_CSV_COLUMNS
+    return ["suite", "scenario"] + [c["name"] for c in TRAIN_CSV_COLUMNS]
