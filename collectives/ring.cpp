@@ -10,7 +10,8 @@
 // per tick: m + 2(k-1) - 1 ticks instead of 2(k-1) steps. Every hazard of the plain ring is at
 // least one step apart, hence one tick apart, so one barrier per tick is enough. On the CPU this
 // keeps what the left neighbour wrote in the last tick in cache when it is read (the buffers are
-// larger than the cache); on other devices m = 1 (the plain ring) unless a piece size is given.
+// larger than the cache); on other devices, and under an emulated link (where every piece would
+// pay the link's latency), m = 1 (the plain ring) unless a piece size is given.
 // Built by make_allreduce("ring", group); tested by tests/test_allreduce.cpp.
 #include <algorithm>
 #include <memory>
@@ -37,7 +38,8 @@ class RingAllReduce final : public AllReduce {
  public:
   RingAllReduce(CommGroup& group, size_t piece_floats)
       : group_(group), piece_(piece_floats),
-        auto_(piece_floats == 0 && group.device(0).kind() == BackendKind::Cpu) {}
+        auto_(piece_floats == 0 && group.device(0).kind() == BackendKind::Cpu &&
+              !group.device(0).comm_paced()) {}
   std::string name() const override { return "ring"; }
 
   void run(int rank, float* buf, size_t n) override {

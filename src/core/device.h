@@ -120,6 +120,10 @@ class Device {
   // complete when they return). Tokens are reused after 256 marks.
   virtual int compute_mark() { return -1; }
   virtual void comm_wait_mark(int token) { (void)token; }
+  // True when comm transfers between ranks are paced by an emulated link (collectives/link.h):
+  // every transfer then pays the link's latency, so algorithms should not cut messages into
+  // pieces for the caches' sake.
+  virtual bool comm_paced() const { return false; }
 };
 
 // Owns a device buffer; movable, not copyable.

@@ -1,0 +1,262 @@
+// link.cpp: the emulated link (LinkFabric, the pacing Device decorator) and the alpha-beta cost
+// table of the all-reduce algorithms. See link.h; tested by tests/test_link.cpp.
+#include "collectives/link.h"
+
+#include <sys/prctl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "src/core/check.h"
+
+namespace dpb {
+
+std::string LinkSpec::label() const {
+  if (!enabled()) return "none";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g Gb/s, %g us", gbps, latency_us);
+  return buf;
+}
+
+void validate_link(const LinkSpec& link, const std::string& gbps_opt,
+                   const std::string& latency_opt) {
+  DPB_CHECK(std::isfinite(link.gbps) && link.gbps >= 0,
+            gbps_opt << ": must be a number >= 0 (gigabits per second; 0: no limit), got "
+                     << link.gbps);
+  DPB_CHECK(std::isfinite(link.latency_us) && link.latency_us >= 0 && link.latency_us <= 1e7,
+            latency_opt << ": must be a number of microseconds in [0, 1e7], got "
+                        << link.latency_us);
+}
+
+// ---------------------------------------------------------------- LinkFabric
+
+LinkFabric::LinkFabric(int k, LinkSpec spec)
+    : spec_(spec), send_free_(size_t(std::max(k, 1))), recv_free_(size_t(std::max(k, 1))) {
+  DPB_CHECK(k >= 1, "LinkFabric: need at least one rank, got " << k);
+}
+
+LinkFabric::Clock::time_point LinkFabric::reserve(int src, int dst, double bytes) {
+  const auto now = Clock::now();
+  const auto busy = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+      spec_.gbps > 0 ? bytes * 8.0 / (spec_.gbps * 1e9) : 0.0));
+  const auto lat = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(spec_.latency_us * 1e-6));
+  std::lock_guard<std::mutex> lk(mu_);
+  const auto start = std::max({now, send_free_[src], recv_free_[dst]});
+  send_free_[src] = recv_free_[dst] = start + busy;  // the latency is propagation, not occupancy
+  ++transfers_;
+  bytes_ += bytes;
+  return start + busy + lat;
+}
+
+void LinkFabric::add_memory(const void* p, size_t bytes, int rank) {
+  if (!p) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  mem_[static_cast<const char*>(p)] = {bytes, rank};
+}
+
+void LinkFabric::remove_memory(const void* p) {
+  std::lock_guard<std::mutex> lk(mu_);
+  mem_.erase(static_cast<const char*>(p));
+}
+
+int LinkFabric::owner(const void* p, int fallback) const {
+  const char* c = static_cast<const char*>(p);
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = mem_.upper_bound(c);  // first allocation starting after p
+  if (it == mem_.begin()) return fallback;
+  --it;
+  return c < it->first + it->second.first ? it->second.second : fallback;
+}
+
+long LinkFabric::transfers() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return transfers_;
+}
+
+double LinkFabric::bytes() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return bytes_;
+}
+
+// ---------------------------------------------------------------- the decorator
+
+namespace {
+
+// Sleeps (never spins) until t. The default timer slack (50 us) would make every wake-up late by
+// up to that much, so the pacing threads ask for 1 ns.
+void sleep_until(LinkFabric::Clock::time_point t) {
+  thread_local bool slack_set = false;
+  if (!slack_set) {
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+    slack_set = true;
+  }
+  std::this_thread::sleep_until(t);
+}
+
+class LinkDevice final : public Device {
+ public:
+  LinkDevice(std::unique_ptr<Device> inner, std::shared_ptr<LinkFabric> fabric)
+      : in_(std::move(inner)), fab_(std::move(fabric)), rank_(in_->rank()) {
+    DPB_CHECK(in_->kind() == BackendKind::Cpu,
+              "the emulated link (--link-gbps / --link-latency-us) needs the CPU backend: a host "
+              "sleep cannot pace a GPU stream (device " << in_->name() << ")");
+    DPB_CHECK(rank_ >= 0 && rank_ < fab_->size(),
+              "emulated link: rank " << rank_ << " outside the fabric's " << fab_->size()
+                                     << " ranks");
+  }
+  BackendKind kind() const override { return in_->kind(); }
+  int rank() const override { return rank_; }
+  std::string name() const override { return in_->name() + " + link " + fab_->spec().label(); }
+  bool comm_paced() const override { return true; }
+
+  float* alloc(size_t n, const char* what) override {
+    float* p = in_->alloc(n, what);
+    fab_->add_memory(p, n * sizeof(float), rank_);
+    return p;
+  }
+  void release(float* p) override {
+    fab_->remove_memory(p);
+    in_->release(p);
+  }
+  void upload(float* d, const float* h, size_t n) override { in_->upload(d, h, n); }
+  void download(float* h, const float* s, size_t n) override { in_->download(h, s, n); }
+  void fill(float* d, float v, size_t n) override { in_->fill(d, v, n); }
+  void copy(float* d, const float* s, size_t n) override { in_->copy(d, s, n); }
+  void load_images(float* d, const uint8_t* h, size_t n) override { in_->load_images(d, h, n); }
+  void load_labels(float* d, const uint8_t* h, size_t n) override { in_->load_labels(d, h, n); }
+  void synchronize() override { in_->synchronize(); }
+
+  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
+                      float* y) override { in_->conv2d_forward(s, x, w, b, y); }
+  void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
+                       float* dx, float* dw, float* db) override {
+    in_->conv2d_backward(s, x, w, dy, dx, dw, db);
+  }
+  void avgpool_forward(const PoolShape& s, const float* x, float* y) override {
+    in_->avgpool_forward(s, x, y);
+  }
+  void avgpool_backward(const PoolShape& s, const float* dy, float* dx) override {
+    in_->avgpool_backward(s, dy, dx);
+  }
+  void gap_forward(int n, int c, int hw, const float* x, float* y) override {
+    in_->gap_forward(n, c, hw, x, y);
+  }
+  void gap_backward(int n, int c, int hw, const float* dy, float* dx) override {
+    in_->gap_backward(n, c, hw, dy, dx);
+  }
+  void relu_forward(const float* x, float* y, size_t n) override { in_->relu_forward(x, y, n); }
+  void relu_backward(const float* y, const float* dy, float* dx, size_t n) override {
+    in_->relu_backward(y, dy, dx, n);
+  }
+  void dense_forward(int n, int i, int o, const float* x, const float* w, const float* b,
+                     float* y) override { in_->dense_forward(n, i, o, x, w, b, y); }
+  void dense_backward(int n, int i, int o, const float* x, const float* w, const float* dy,
+                      float* dx, float* dw, float* db) override {
+    in_->dense_backward(n, i, o, x, w, dy, dx, dw, db);
+  }
+  void softmax_xent(int n, int c, const float* l, const float* y, float scale, float* dl,
+                    float* st) override { in_->softmax_xent(n, c, l, y, scale, dl, st); }
+  void batchnorm_forward_train(const BnShape& s, const float* x, const float* g, const float* b,
+                               float* y, float* rm, float* rv, float* sm, float* si) override {
+    in_->batchnorm_forward_train(s, x, g, b, y, rm, rv, sm, si);
+  }
+  void batchnorm_forward_infer(const BnShape& s, const float* x, const float* g, const float* b,
+                               const float* rm, const float* rv, float* y) override {
+    in_->batchnorm_forward_infer(s, x, g, b, rm, rv, y);
+  }
+  void batchnorm_backward(const BnShape& s, const float* x, const float* dy, const float* g,
+                          const float* sm, const float* si, float* dx, float* dg,
+                          float* db) override {
+    in_->batchnorm_backward(s, x, dy, g, sm, si, dx, dg, db);
+  }
+  void axpy(float a, const float* x, float* y, size_t n) override { in_->axpy(a, x, y, n); }
+  void sgd_step(float* w, const float* g, float lr, size_t n) override {
+    in_->sgd_step(w, g, lr, n);
+  }
+
+  void comm_copy(float* dst, const float* src, size_t n) override {
+    paced(dst, src, n, [&] { in_->comm_copy(dst, src, n); });
+  }
+  void comm_reduce(float* dst, const float* src, size_t n) override {
+    paced(dst, src, n, [&] { in_->comm_reduce(dst, src, n); });
+  }
+  void comm_wait_compute() override { in_->comm_wait_compute(); }
+  void compute_wait_comm() override { in_->compute_wait_comm(); }
+  void comm_record() override { in_->comm_record(); }
+  void comm_wait_peer(Device& peer) override { in_->comm_wait_peer(peer); }
+  void comm_synchronize() override { in_->comm_synchronize(); }
+  int compute_mark() override { return in_->compute_mark(); }
+  void comm_wait_mark(int token) override { in_->comm_wait_mark(token); }
+
+ private:
+  // A transfer between two ranks: book it, do the real work, sleep until the link delivers.
+  template <class Op>
+  void paced(const float* dst, const float* src, size_t n, Op op) {
+    const int from = fab_->owner(src, rank_), to = fab_->owner(dst, rank_);
+    if (from == to || n == 0) {  // within one rank's memory: not a link transfer
+      op();
+      return;
+    }
+    const auto done = fab_->reserve(from, to, double(n) * sizeof(float));
+    op();
+    sleep_until(done);
+  }
+
+  std::unique_ptr<Device> in_;
+  std::shared_ptr<LinkFabric> fab_;
+  int rank_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> with_link(std::unique_ptr<Device> inner,
+                                  std::shared_ptr<LinkFabric> fabric) {
+  DPB_CHECK(inner && fabric, "with_link: null device or fabric");
+  return std::make_unique<LinkDevice>(std::move(inner), std::move(fabric));
+}
+
+void attach_link(std::vector<std::unique_ptr<Device>>& devs, const LinkSpec& spec) {
+  if (!spec.enabled()) return;
+  auto fabric = std::make_shared<LinkFabric>(int(devs.size()), spec);
+  for (auto& d : devs) d = with_link(std::move(d), fabric);
+}
+
+// ---------------------------------------------------------------- cost model
+
+namespace {
+
+// Every algorithm below runs its transfers one after another on each rank's thread (each comm
+// call returns when its transfer is delivered), with no two concurrent transfers on one link.
+double ring_cost(double n, int k, const LinkSpec& l) {  // 2(k-1) steps of one chunk each
+  return k <= 1 ? 0.0 : 2.0 * (k - 1) * l.transfer_s(n / k);
+}
+double naive_cost(double n, int k, const LinkSpec& l) {  // rank 0 pulls k-1 buffers, pushes k-1
+  return k <= 1 ? 0.0 : 2.0 * (k - 1) * l.transfer_s(n);
+}
+
+}  // namespace
+
+const std::vector<LinkCost>& link_cost_table() {
+  static const std::vector<LinkCost> table = {
+      {"naive", "2(k-1) (L + n/G): rank 0 pulls every replica, then pushes the sum back",
+       naive_cost},
+      {"ring", "2(k-1) (L + n/(k G)): reduce-scatter and all-gather, one chunk per step",
+       ring_cost},
+      {"nccl", "as ring (NCCL's ring algorithm)", ring_cost},
+  };
+  return table;
+}
+
+double allreduce_link_cost(const std::string& algorithm, double bytes, int k,
+                           const LinkSpec& link) {
+  for (const LinkCost& c : link_cost_table())
+    if (algorithm == c.algorithm) return c.seconds(bytes, k, link);
+  std::string valid;
+  for (const LinkCost& c : link_cost_table()) valid += std::string(valid.empty() ? "" : ", ") + c.algorithm;
+  DPB_CHECK(false, "no link cost model for all-reduce '" << algorithm << "' (have: " << valid << ")");
+}
+
+}  // namespace dpb

@@ -1,0 +1,98 @@
+// link.h: an emulated interconnect between ranks, and the alpha-beta cost of each all-reduce
+// algorithm on it.
+//
+// LinkSpec: G (gigabits per second per direction) and L (microseconds per transfer); 0 and 0 is
+// "no emulation". with_link() wraps a rank's Device in a decorator that paces every comm transfer
+// between two ranks (comm_copy / comm_reduce whose source or destination is another rank's
+// memory) so that it completes no sooner than L + bytes / G after it starts. Each rank has one
+// send and one receive link (full duplex); a transfer from rank a to rank b starts when a's send
+// link and b's receive link are free, and occupies both for bytes / G (the latency is
+// propagation, not occupancy). The decorator does the real copy or sum first and then SLEEPS
+// until the emulated completion, so waiting ranks and communication threads leave the cores to
+// compute, as GPU copy engines and NICs do. Algorithms do not know: naive, ring and every other
+// algorithm that moves data through comm_copy / comm_reduce on peer pointers is paced.
+//
+// Whose memory: each decorated device registers its allocations with the shared LinkFabric; a
+// pointer no decorated device allocated counts as the caller's own (host staging, tests).
+//
+// Seam for processes: LinkFabric::reserve(src, dst, bytes) is the whole pacing policy. Threads
+// share one fabric; a multi-process transport (MPI) can pace its sends and receives with the same
+// call on a per-process fabric (each process owns its rank's two links), sleeping the same way.
+//
+// Cost model (allreduce_link_cost): the emulated time of one all-reduce of n bytes over k ranks,
+// one table entry per algorithm (link.cpp), e.g. ring: 2(k-1) (L + n/(k G)). CPU work (sums,
+// copies) is assumed to hide inside the emulated time, which holds when the link is slow.
+// Tested by tests/test_link.cpp.
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "src/core/device.h"
+
+namespace dpb {
+
+struct LinkSpec {
+  double gbps = 0;        // gigabits per second per direction; 0: unlimited bandwidth
+  double latency_us = 0;  // per transfer; 0: none
+  bool enabled() const { return gbps > 0 || latency_us > 0; }
+  // Seconds one transfer of `bytes` takes on an idle link: L + bytes / G.
+  double transfer_s(double bytes) const {
+    return latency_us * 1e-6 + (gbps > 0 ? bytes * 8.0 / (gbps * 1e9) : 0.0);
+  }
+  std::string label() const;  // "0.2 Gb/s, 50 us" or "none"
+};
+
+// Throws dpb::Error naming the option when G or L is negative or not finite.
+void validate_link(const LinkSpec& link, const std::string& gbps_opt,
+                   const std::string& latency_opt);
+
+// Shared pacing state of k ranks: the time each rank's send and receive link become free, and
+// which rank owns which allocation. Thread-safe.
+class LinkFabric {
+ public:
+  using Clock = std::chrono::steady_clock;
+  LinkFabric(int k, LinkSpec spec);
+  const LinkSpec& spec() const { return spec_; }
+  int size() const { return int(send_free_.size()); }
+  // Books a transfer of `bytes` from rank src to rank dst issued now; returns when it completes.
+  Clock::time_point reserve(int src, int dst, double bytes);
+  void add_memory(const void* p, size_t bytes, int rank);
+  void remove_memory(const void* p);
+  int owner(const void* p, int fallback) const;  // rank whose allocation holds p, else fallback
+  // Totals since construction (for tests and reports).
+  long transfers() const;
+  double bytes() const;
+
+ private:
+  LinkSpec spec_;
+  mutable std::mutex mu_;
+  std::vector<Clock::time_point> send_free_, recv_free_;
+  std::map<const char*, std::pair<size_t, int>> mem_;  // start -> (bytes, rank)
+  long transfers_ = 0;
+  double bytes_ = 0;
+};
+
+// Decorates `inner` (rank inner->rank(), CPU backend only: a CUDA stream is not paced by a host
+// sleep) so its comm transfers to and from other ranks are paced by `fabric`.
+std::unique_ptr<Device> with_link(std::unique_ptr<Device> inner, std::shared_ptr<LinkFabric> fabric);
+
+// Wraps every device of a rank set in one shared fabric (no-op when the spec is not enabled).
+void attach_link(std::vector<std::unique_ptr<Device>>& devs, const LinkSpec& spec);
+
+// ---- alpha-beta cost model ----
+struct LinkCost {
+  const char* algorithm;
+  const char* formula;  // for --help and reports
+  // Seconds for one all-reduce of `bytes` per rank over k ranks on `link`.
+  double (*seconds)(double bytes, int k, const LinkSpec& link);
+};
+const std::vector<LinkCost>& link_cost_table();
+// Throws dpb::Error naming the algorithm when it has no cost model.
+double allreduce_link_cost(const std::string& algorithm, double bytes, int k, const LinkSpec& link);
+
+}  // namespace dpb

@@ -1,0 +1,134 @@
+// test_link.cpp: the emulated link (collectives/link.h): which memory is whose, the booking of
+// send and receive links, the decorator pacing naive and ring all-reduces (exact sums, the
+// transfers each algorithm makes, and never finishing sooner than the link allows), the cost
+// table, and the checks of the options. Timing is only checked as a lower bound (a paced
+// transfer must not complete early); no speed targets here.
+// Run: ./dpb_tests --gtest_filter='Link*'
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "collectives/allreduce.h"
+#include "collectives/link.h"
+#include "src/core/check.h"
+#include "tests/rank_threads.h"
+
+namespace dpb {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+TEST(LinkFabric, OwnerOfPointersInsideAllocations) {
+  LinkFabric f(2, LinkSpec{1, 0});
+  std::vector<float> a(100), b(50);
+  f.add_memory(a.data(), a.size() * sizeof(float), 0);
+  f.add_memory(b.data(), b.size() * sizeof(float), 1);
+  EXPECT_EQ(f.owner(a.data(), 7), 0);
+  EXPECT_EQ(f.owner(a.data() + 99, 7), 0);
+  EXPECT_EQ(f.owner(b.data() + 10, 7), 1);
+  float other = 0;
+  EXPECT_EQ(f.owner(&other, 7), 7);  // nobody's allocation: the caller's own
+  f.remove_memory(b.data());
+  EXPECT_EQ(f.owner(b.data() + 10, 7), 7);
+}
+
+TEST(LinkFabric, FullDuplexLinksAndSerializedSharedLink) {
+  const LinkSpec spec{8.0, 100.0};  // 1 GB/s: 1 MB takes 1 ms, plus 100 us
+  LinkFabric f(3, spec);
+  const auto t0 = Clock::now();
+  auto secs = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
+  const double one = spec.transfer_s(1e6);
+  EXPECT_NEAR(one, 1.1e-3, 1e-12);
+  // 0 -> 1 and 1 -> 0 use different links (full duplex): both finish after one transfer.
+  EXPECT_NEAR(secs(f.reserve(0, 1, 1e6)), one, 2e-4);
+  EXPECT_NEAR(secs(f.reserve(1, 0, 1e6)), one, 2e-4);
+  // 2 -> 1 shares rank 1's receive link with 0 -> 1: it starts when that one's bytes are through.
+  EXPECT_NEAR(secs(f.reserve(2, 1, 1e6)), 2e-3 + 1e-4, 2e-4);
+  EXPECT_EQ(f.transfers(), 3);
+  EXPECT_DOUBLE_EQ(f.bytes(), 3e6);
+}
+
+// Exact sums (small integers) on every rank, the number of transfers, and the time lower bound.
+void check_paced(const std::string& alg, int k, size_t n, const LinkSpec& spec, long want_transfers) {
+  std::vector<std::unique_ptr<Device>> devs;
+  for (int r = 0; r < k; ++r) devs.push_back(make_cpu_device(r, 1));
+  auto fabric = std::make_shared<LinkFabric>(k, spec);
+  for (auto& d : devs) d = with_link(std::move(d), fabric);
+  std::vector<Device*> raw;
+  for (auto& d : devs) raw.push_back(d.get());
+  EXPECT_TRUE(raw[0]->comm_paced());
+  EXPECT_NE(raw[0]->name().find("link"), std::string::npos) << raw[0]->name();
+  CommGroup group(k, raw);
+  auto ar = make_allreduce(alg, group);
+  std::vector<double> secs(k);
+  on_ranks(k, [&](int r) {
+    Device& dev = group.device(r);
+    std::vector<float> host(n);
+    for (size_t i = 0; i < n; ++i) host[i] = float((r + 1) * int(i % 7 + 1));
+    Buffer buf(dev, n, "link test buffer");
+    dev.upload(buf.get(), host.data(), n);
+    group.barrier(r);
+    const auto t0 = Clock::now();
+    ar->run(r, buf.get(), n);
+    secs[r] = std::chrono::duration<double>(Clock::now() - t0).count();
+    dev.download(host.data(), buf.get(), n);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i) wrong += host[i] != float(k * (k + 1) / 2 * int(i % 7 + 1));
+    EXPECT_EQ(wrong, 0u) << alg << " k=" << k << " rank " << r;
+  });
+  EXPECT_EQ(fabric->transfers(), want_transfers) << alg << " k=" << k;
+  const double model = allreduce_link_cost(alg, double(n) * sizeof(float), k, spec);
+  double slowest = 0;
+  for (double s : secs) slowest = std::max(slowest, s);
+  EXPECT_GE(slowest, 0.999 * model) << alg << " k=" << k << " finished before the link allows";
+}
+
+TEST(LinkDevice, RingIsPacedAndExact) {
+  const LinkSpec spec{1.0, 500.0};
+  for (int k : {2, 3, 4}) check_paced("ring", k, 3001, spec, long(k) * 2 * (k - 1));
+  // Large enough that the CPU ring would pipeline it: under a link it must not (one transfer per
+  // rank and step, not one per piece).
+  check_paced("ring", 2, size_t(3) << 20, LinkSpec{400.0, 10.0}, 2 * 2);
+}
+
+TEST(LinkDevice, NaiveIsPacedAndExact) {
+  const LinkSpec spec{1.0, 500.0};
+  for (int k : {2, 3}) check_paced("naive", k, 1000, spec, 2 * (k - 1));
+}
+
+TEST(LinkDevice, LocalCopiesAreNotPaced) {
+  auto fabric = std::make_shared<LinkFabric>(1, LinkSpec{0.001, 1e6});  // would take 1 s and more
+  auto dev = with_link(make_cpu_device(0, 1), fabric);
+  Buffer a(*dev, 1000, "a"), b(*dev, 1000, "b");
+  const auto t0 = Clock::now();
+  dev->comm_copy(a.get(), b.get(), 1000);
+  dev->comm_reduce(a.get(), b.get(), 1000);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 0.5);
+  EXPECT_EQ(fabric->transfers(), 0);
+}
+
+TEST(LinkCost, TableFormulas) {
+  const LinkSpec l{8.0, 10.0};  // 1 GB/s, 10 us
+  EXPECT_NEAR(allreduce_link_cost("ring", 4e6, 4, l), 6 * (10e-6 + 1e-3), 1e-12);
+  EXPECT_NEAR(allreduce_link_cost("naive", 4e6, 4, l), 6 * (10e-6 + 4e-3), 1e-12);
+  EXPECT_EQ(allreduce_link_cost("ring", 4e6, 1, l), 0.0);
+  EXPECT_THROW(allreduce_link_cost("carrier-pigeon", 1, 2, l), Error);
+  EXPECT_FALSE(LinkSpec{}.enabled());
+  EXPECT_EQ(LinkSpec{}.label(), "none");
+}
+
+TEST(LinkSpec, ValidationNamesTheOption) {
+  try {
+    validate_link(LinkSpec{-1, 0}, "--link-gbps", "--link-latency-us");
+    FAIL() << "negative bandwidth accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--link-gbps"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(validate_link(LinkSpec{1, -5}, "--link-gbps", "--link-latency-us"), Error);
+  EXPECT_NO_THROW(validate_link(LinkSpec{0.2, 50}, "--link-gbps", "--link-latency-us"));
+}
+
+}  // namespace
+}  // namespace dpb
