@@ -3,6 +3,7 @@
 //   dpbench info            # this machine and build: CPU, memory, OS, compiler, library versions,
 //                           # GPUs, commit, backends (src/core/machine_info.h)
 //   dpbench info --csv-columns  # the training CSV's columns (name, type, meaning) as JSON
+//   dpbench project --model resnet18 --devices 4 --link-gbps 100   # predicted epoch (JSON)
 // Every invalid argument is refused before any work starts, with a message naming it.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "src/core/machine_info.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
+#include "src/cli/project_cmd.h"
 #include "src/train/train_csv.h"
 #include "src/train/trainer.h"
 
@@ -58,10 +60,12 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
   const bool quick = train_limit > 0 || test_limit > 0;
   if (!quiet)
     std::printf("dpbench train: %s on %d %s device(s), global batch %d, lr %g, %d epoch(s), "
-                "allreduce %s, grad-sync %s, overlap %s; %d train / %d test examples from %s\n",
+                "allreduce %s, grad-sync %s, overlap %s, link %s; %d train / %d test examples from "
+                "%s\n",
                 cfg.model.c_str(), cfg.devices, cfg.backend.c_str(), cfg.batch, cfg.lr, cfg.epochs,
                 cfg.allreduce.c_str(), to_string(cfg.sync.mode).c_str(),
-                cfg.sync.overlap ? "on" : "off", data.train.n, data.test.n, data.dir.c_str());
+                cfg.sync.overlap ? "on" : "off", cfg.link.label().c_str(), data.train.n,
+                data.test.n, data.dir.c_str());
   std::fflush(stdout);
   bool shared = false;
   TrainResult res = train(cfg, data, [&](const EpochStats& s) {
@@ -156,6 +160,12 @@ int main(int argc, char** argv) {
   tr->add_option("--seed", cfg.seed, "seed for initialization and shuffling")->capture_default_str();
   tr->add_option("--threads", cfg.threads, "CPU math threads per device (0: cores / devices)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  tr->add_option("--link-gbps", cfg.link.gbps,
+                 "emulated link between ranks: Gb/s per direction (0: no emulation); CPU backend")
+      ->capture_default_str();
+  tr->add_option("--link-latency-us", cfg.link.latency_us,
+                 "emulated link: latency of each transfer between ranks, us (0: none)")
+      ->capture_default_str();
   tr->add_flag("--tf32", cfg.tf32, "allow TF32 tensor-core math (CUDA backend)");
   tr->add_option("--train-limit", train_limit, "use only the first N training examples (0: all)")
       ->check(CLI::NonNegativeNumber);
@@ -174,6 +184,8 @@ int main(int argc, char** argv) {
   bool csv_columns = false;
   info->add_flag("--csv-columns", csv_columns,
                  "print the training CSV's columns instead (scripts/train_csv_columns.json)");
+  ProjectArgs project_args;
+  auto* project = add_project_command(app, project_args);
 
   try {
     app.parse(argc, argv);
@@ -186,6 +198,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (info->parsed()) return run_info();
+    if (project->parsed()) return run_project(project_args);
     cfg.backend = backend;
     cfg.sync.mode = parse_sync_mode(sync_mode);
     cfg.sync.overlap = overlap == "on";

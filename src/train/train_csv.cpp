@@ -81,6 +81,10 @@ const std::vector<CsvColumn>& train_csv_columns() {
        [](Run, Ep e) { return integer(e.replicas_in_sync); }},
       {"max_replica_diff", kNum, "largest |difference| of a parameter between replicas",
        [](Run, Ep e) { return num(e.max_replica_diff); }},
+      {"link_gbps", kNum, "emulated link between ranks, Gb/s per direction (0: none)",
+       [](Run r, Ep) { return num(r.cfg.link.gbps); }},
+      {"link_latency_us", kNum, "emulated link latency per transfer, us (0: none)",
+       [](Run r, Ep) { return num(r.cfg.link.latency_us); }},
   };
   return cols;
 }

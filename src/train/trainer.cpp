@@ -63,9 +63,11 @@ std::vector<std::unique_ptr<Device>> Run::devices(const TrainConfig& cfg,
                                                   const DeviceFactory& make_dev) {
   const int hw = std::max(1u, std::thread::hardware_concurrency());
   const int threads = cfg.threads > 0 ? cfg.threads : std::max(1, hw / cfg.devices);
-  if (!make_dev) return make_devices(cfg.backend, cfg.devices, threads, cfg.tf32);
   std::vector<std::unique_ptr<Device>> devs;
-  for (int r = 0; r < cfg.devices; ++r) devs.push_back(make_dev(r, threads));
+  if (!make_dev) devs = make_devices(cfg.backend, cfg.devices, threads, cfg.tf32);
+  else
+    for (int r = 0; r < cfg.devices; ++r) devs.push_back(make_dev(r, threads));
+  attach_link(devs, cfg.link);  // no-op without an emulated link
   return devs;
 }
 
@@ -160,6 +162,10 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
   DPB_CHECK(cfg.epochs >= 1, "--epochs: must be >= 1, got " << cfg.epochs);
   DPB_CHECK(cfg.warmup_epochs >= 0, "--warmup-epochs: must be >= 0, got " << cfg.warmup_epochs);
   DPB_CHECK(cfg.sync.bucket_mb > 0, "--bucket-mb: must be > 0, got " << cfg.sync.bucket_mb);
+  validate_link(cfg.link, "--link-gbps", "--link-latency-us");
+  DPB_CHECK(!cfg.link.enabled() || cfg.backend == "cpu",
+            "--link-gbps/--link-latency-us: the emulated link needs --backend cpu (GPU transfers "
+            "use the real interconnect)");
   DPB_CHECK(cfg.threads >= 0, "--threads: must be >= 0, got " << cfg.threads);
   const std::string why = allreduce_refusal(find_allreduce(cfg.allreduce), cfg.devices, backend.kind);
   DPB_CHECK(why.empty(), why);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "collectives/grad_sync.h"
+#include "collectives/link.h"
 #include "src/data/dataset.h"
 
 namespace dpb {
@@ -34,6 +35,7 @@ struct TrainConfig {
   uint64_t seed = 0;
   int threads = 0;  // CPU math threads per device; 0: cores / devices, at least 1
   bool tf32 = false;
+  LinkSpec link;  // emulated link between ranks (CPU backend); disabled: real memory copies
   bool progress = true;  // progress lines on stderr during long epochs
 };
 

@@ -1,0 +1,251 @@
+// projection.cpp: the one-device step profile (measured or read from JSON) and the projected
+// epoch of k devices on a link. See projection.h; tested by tests/test_projection.cpp.
+#include "src/train/projection.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+#include "src/core/check.h"
+#include "src/core/stats.h"
+#include "src/model/model.h"
+
+namespace dpb {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr int kClasses = 10;
+constexpr int kPixels = 28 * 28;
+constexpr const char* kFormat = "dpbench-profile/1";
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+double median(std::vector<double> xs) { return median_ci95(std::move(xs)).median; }
+
+}  // namespace
+
+StepProfile measure_profile(const std::string& model, const std::string& backend, int threads,
+                            int batch, int steps) {
+  DPB_CHECK(is_model_name(model), "profile: unknown model '" << model << "'");
+  DPB_CHECK(batch >= 1 && steps >= 1, "profile: batch and steps must be >= 1");
+  auto dev = backend == "cuda" ? make_cuda_device(0, 0, false) : make_cpu_device(0, threads);
+  auto net = make_model(model, *dev, batch);
+  const size_t P = net->num_floats();
+  Buffer w(*dev, P, "profile parameters"), g(*dev, P, "profile gradients");
+  Buffer x(*dev, size_t(batch) * kPixels, "profile images"), y(*dev, size_t(batch), "profile labels");
+  Buffer dl(*dev, size_t(batch) * kClasses, "profile logits gradient"), st(*dev, 2, "profile stats");
+  const std::vector<float> init = init_params(model_param_layout(model), 0);
+  dev->upload(w.get(), init.data(), P);
+  std::vector<uint8_t> img(size_t(batch) * kPixels), lab(batch);
+  uint64_t s = 12345;
+  for (auto& v : img) v = uint8_t(splitmix64(s) & 0xff);
+  for (auto& v : lab) v = uint8_t(splitmix64(s) % kClasses);
+
+  const int np = int(net->params().size());
+  std::vector<double> data, fwd, bwd, opt;
+  std::vector<std::vector<double>> ready(np);
+  for (int step = 0; step <= steps; ++step) {  // step 0: warm-up, not recorded
+    auto t = Clock::now();
+    dev->load_images(x.get(), img.data(), img.size());
+    dev->load_labels(y.get(), lab.data(), lab.size());
+    dev->synchronize();
+    const double d = since(t);
+    t = Clock::now();
+    const float* logits = net->forward(w.get(), x.get(), batch, true);
+    dev->softmax_xent(batch, kClasses, logits, y.get(), 1.0f / batch, dl.get(), st.get());
+    dev->synchronize();
+    const double f = since(t);
+    std::vector<double> r(np, -1.0);
+    t = Clock::now();
+    net->backward(w.get(), g.get(), dl.get(), batch, [&](int i) {
+      dev->synchronize();  // CUDA: the gradient is final when the stream gets here
+      r[i] = since(t);
+    });
+    dev->synchronize();
+    const double b = since(t);
+    t = Clock::now();
+    dev->sgd_step(w.get(), g.get(), 1e-4f, P);
+    dev->synchronize();
+    const double o = since(t);
+    if (step == 0) continue;
+    data.push_back(d);
+    fwd.push_back(f);
+    bwd.push_back(b);
+    opt.push_back(o);
+    for (int i = 0; i < np; ++i) {
+      DPB_CHECK(r[i] >= 0, "profile: backward never reported parameter " << i << " ready");
+      ready[i].push_back(r[i]);
+    }
+  }
+  StepProfile p;
+  p.model = model;
+  p.backend = backend;
+  p.device = dev->name();
+  p.cpu = cpu_model_name();
+  p.threads = threads;
+  p.batch = batch;
+  p.steps = steps;
+  p.data_s = median(data);
+  p.forward_s = median(fwd);
+  p.backward_s = median(bwd);
+  p.optimizer_s = median(opt);
+  for (int i = 0; i < np; ++i)
+    p.params.push_back({net->params()[i].name, net->params()[i].size, median(ready[i])});
+  return p;
+}
+
+nlohmann::json profile_to_json(const StepProfile& p) {
+  nlohmann::json params = nlohmann::json::array();
+  for (const auto& q : p.params)
+    params.push_back({{"name", q.name}, {"floats", q.floats}, {"ready_s", q.ready_s}});
+  return {{"format", kFormat},     {"model", p.model},         {"backend", p.backend},
+          {"device", p.device},    {"cpu", p.cpu},             {"threads", p.threads},
+          {"batch", p.batch},      {"steps", p.steps},         {"data_s", p.data_s},
+          {"forward_s", p.forward_s}, {"backward_s", p.backward_s},
+          {"optimizer_s", p.optimizer_s}, {"params", params}};
+}
+
+StepProfile profile_from_json(const nlohmann::json& j, const std::string& source) {
+  auto field = [&](const char* key) -> const nlohmann::json& {
+    DPB_CHECK(j.is_object() && j.contains(key), source << ": profile has no \"" << key << "\"");
+    return j.at(key);
+  };
+  auto number = [&](const char* key) {
+    const auto& v = field(key);
+    DPB_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0,
+              source << ": profile field \"" << key << "\" must be a number >= 0");
+    return v.get<double>();
+  };
+  DPB_CHECK(field("format").is_string() && field("format").get<std::string>() == kFormat,
+            source << ": not a " << kFormat << " profile (\"format\" is " << field("format") << ")");
+  StepProfile p;
+  try {
+    p.model = field("model").get<std::string>();
+    p.backend = field("backend").get<std::string>();
+    p.device = j.value("device", "");
+    p.cpu = j.value("cpu", "");
+  } catch (const nlohmann::json::exception& e) {
+    DPB_CHECK(false, source << ": profile strings: " << e.what());
+  }
+  DPB_CHECK(is_model_name(p.model), source << ": unknown model '" << p.model << "'");
+  p.threads = int(number("threads"));
+  p.batch = int(number("batch"));
+  DPB_CHECK(p.batch >= 1, source << ": profile field \"batch\" must be >= 1");
+  p.steps = int(number("steps"));
+  p.data_s = number("data_s");
+  p.forward_s = number("forward_s");
+  p.backward_s = number("backward_s");
+  p.optimizer_s = number("optimizer_s");
+  const auto& params = field("params");
+  DPB_CHECK(params.is_array(), source << ": \"params\" must be an array");
+  for (const auto& q : params) {
+    DPB_CHECK(q.is_object() && q.contains("floats") && q.contains("ready_s") &&
+                  q["floats"].is_number_integer() && q["floats"].get<long long>() >= 0 &&
+                  q["ready_s"].is_number(),
+              source << ": every entry of \"params\" needs \"floats\" (count) and \"ready_s\"");
+    p.params.push_back({q.value("name", ""), q["floats"].get<size_t>(), q["ready_s"].get<double>()});
+  }
+  const auto layout = model_param_layout(p.model);
+  DPB_CHECK(layout.size() == p.params.size(),
+            source << ": " << p.params.size() << " parameters, but " << p.model << " has "
+                   << layout.size());
+  for (size_t i = 0; i < layout.size(); ++i)
+    DPB_CHECK(layout[i].size == p.params[i].floats,
+              source << ": parameter " << i << " has " << p.params[i].floats << " floats, "
+                     << p.model << "'s " << layout[i].name << " has " << layout[i].size);
+  return p;
+}
+
+namespace {
+
+struct StepTimes {
+  double step = 0, data = 0, comm = 0, exposed = 0;
+};
+
+// One step on one rank with `shard` images per device; f: the compute stretch.
+StepTimes project_step(const StepProfile& prof, const ProjectConfig& cfg,
+                       const std::vector<Unit>& units, int shard, double f) {
+  const double scale = double(shard) / prof.batch * f;
+  StepTimes t;
+  t.data = prof.data_s * scale;
+  const double fwd = prof.forward_s * scale, bwd = prof.backward_s * scale;
+  double comm_end = 0;  // the communication stream, from the start of backward
+  for (const Unit& u : units) {
+    const double c = allreduce_link_cost(cfg.allreduce, double(u.count) * sizeof(float),
+                                         cfg.devices, cfg.link);
+    t.comm += c;
+    double ready = 0;
+    for (int p = u.first_param; p <= u.last_param; ++p)
+      ready = std::max(ready, prof.params[p].ready_s * scale);
+    comm_end = cfg.sync.overlap ? std::max(comm_end, ready) + c : comm_end + c;
+  }
+  t.exposed = cfg.sync.overlap ? std::max(0.0, comm_end - bwd) : comm_end;
+  t.step = t.data + fwd + bwd + t.exposed + prof.optimizer_s * f;
+  return t;
+}
+
+}  // namespace
+
+Projection project(const StepProfile& prof, const ProjectConfig& cfg) {
+  const int k = cfg.devices;
+  DPB_CHECK(k >= 1, "--devices: must be >= 1, got " << k);
+  DPB_CHECK(cfg.batch >= k, "--batch: the global batch (" << cfg.batch
+                                << ") is smaller than the device count (" << k << ")");
+  DPB_CHECK(cfg.train_examples >= 1, "training examples must be >= 1");
+  std::vector<size_t> sizes;
+  for (const auto& q : prof.params) sizes.push_back(q.floats);
+  const std::vector<Unit> units = plan_units(sizes, cfg.sync);
+  Projection p;
+  p.units = int(units.size());
+  if (prof.backend == "cpu" && cfg.cores > 0)
+    p.compute_stretch = std::max(1.0, double(k) * prof.threads / cfg.cores);
+  const int full = cfg.train_examples / cfg.batch, rest = cfg.train_examples % cfg.batch;
+  p.steps = full + (rest > 0);
+  auto add = [&](const StepTimes& t, int times) {
+    p.epoch_s += t.step * times;
+    p.data_s += t.data * times;
+    p.comm_s += (k > 1 ? t.comm : 0) * times;
+    p.exposed_comm_s += (k > 1 ? t.exposed : 0) * times;
+  };
+  const StepTimes one = project_step(prof, cfg, units, (cfg.batch + k - 1) / k, p.compute_stretch);
+  p.step_s = one.step;
+  add(one, full);
+  if (rest > 0) add(project_step(prof, cfg, units, (rest + k - 1) / k, p.compute_stretch), 1);
+  p.compute_s = std::max(0.0, p.epoch_s - p.data_s - p.exposed_comm_s);  // as the trainer's CSV
+  return p;
+}
+
+nlohmann::json projection_to_json(const StepProfile& prof, const ProjectConfig& cfg,
+                                  const Projection& p) {
+  return {{"model", prof.model},
+          {"devices", cfg.devices},
+          {"global_batch", cfg.batch},
+          {"train_examples", cfg.train_examples},
+          {"allreduce", cfg.allreduce},
+          {"grad_sync", to_string(cfg.sync.mode)},
+          {"bucket_mb", cfg.sync.bucket_mb},
+          {"overlap", cfg.sync.overlap ? "on" : "off"},
+          {"link_gbps", cfg.link.gbps},
+          {"link_latency_us", cfg.link.latency_us},
+          {"steps", p.steps},
+          {"units", p.units},
+          {"step_s", p.step_s},
+          {"epoch_s", p.epoch_s},
+          {"compute_s", p.compute_s},
+          {"data_s", p.data_s},
+          {"comm_s", p.comm_s},
+          {"exposed_comm_s", p.exposed_comm_s},
+          {"compute_stretch", p.compute_stretch},
+          {"profile", {{"backend", prof.backend}, {"device", prof.device}, {"cpu", prof.cpu},
+                       {"threads", prof.threads}, {"batch", prof.batch}}}};
+}
+
+}  // namespace dpb

@@ -1,0 +1,78 @@
+// projection.h: "how long would an epoch take on k devices over this link?" from a profile of ONE
+// device and the all-reduce cost model of collectives/link.h (`dpbench project`).
+//
+// Profile (JSON, format "dpbench-profile/1"; written by `dpbench project --profile-out FILE`, so a
+// GPU user can measure it on a GPU and project anywhere): medians over a few training steps of
+// one device at `batch` images per step:
+//   {"format": "dpbench-profile/1", "model": "resnet18", "backend": "cpu", "device": "...",
+//    "cpu": "...", "threads": 1, "batch": 128, "steps": 4,
+//    "data_s": .., "forward_s": .., "backward_s": .., "optimizer_s": ..,
+//    "params": [{"name": "conv1.w", "floats": 1728, "ready_s": 0.41}, ...]}   // model order
+// forward_s includes the loss; ready_s is when backward made the parameter's gradient final,
+// from the start of backward. All times in seconds.
+//
+// Timeline of one step on one rank (every rank runs the same):
+//   data + forward + backward + exposed communication + optimizer,
+// where the gradient units (plan_units: per-param, fused or buckets) each cost
+// allreduce_link_cost(algorithm, bytes, k, link); with overlap a unit starts when its last
+// gradient is ready and after the unit before it (one communication stream), and what runs past
+// the end of backward is exposed; without overlap every unit is exposed. Data, forward and
+// backward scale linearly with the images per device (ceil(batch / k) for the global batch);
+// the optimizer does not. On the CPU backend k ranks of `threads` math threads share the
+// machine's cores: compute is stretched by max(1, k * threads / cores) (cores = 0: every rank
+// has its own device, as on k GPUs). The last, partial batch is its own step.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "collectives/grad_sync.h"
+#include "collectives/link.h"
+
+namespace dpb {
+
+struct ParamTiming {
+  std::string name;
+  size_t floats = 0;
+  double ready_s = 0;  // since the start of backward
+};
+
+struct StepProfile {
+  std::string model, backend, device, cpu;
+  int threads = 1, batch = 1, steps = 0;
+  double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  std::vector<ParamTiming> params;  // model order
+};
+
+// Measures `steps` training steps (after one warm-up) of one device of `backend` ("cpu" |
+// "cuda") with `threads` math threads at `batch` images of random pixels per step; medians.
+StepProfile measure_profile(const std::string& model, const std::string& backend, int threads,
+                            int batch, int steps);
+nlohmann::json profile_to_json(const StepProfile& p);
+// Throws dpb::Error naming `source` and the field when the JSON is not a valid profile.
+StepProfile profile_from_json(const nlohmann::json& j, const std::string& source);
+
+struct ProjectConfig {
+  int devices = 1;
+  int batch = 256;  // global
+  int train_examples = 60000;
+  std::string allreduce = "ring";
+  GradSyncConfig sync;
+  LinkSpec link;
+  int cores = 0;  // CPU profiles: cores the k ranks share (0: a device each)
+};
+
+struct Projection {
+  double epoch_s = 0, compute_s = 0, comm_s = 0, exposed_comm_s = 0, data_s = 0;
+  double step_s = 0;  // a full step
+  int steps = 0, units = 0;
+  double compute_stretch = 1;  // the CPU core-sharing factor applied
+};
+
+// Throws dpb::Error when the profile's parameter sizes do not fit its model's layout.
+Projection project(const StepProfile& prof, const ProjectConfig& cfg);
+nlohmann::json projection_to_json(const StepProfile& prof, const ProjectConfig& cfg,
+                                  const Projection& p);
+
+}  // namespace dpb
