@@ -104,7 +104,7 @@ std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, Backend b, const std::string& 
   auto g = std::make_shared<ArRig>();
   g->n = bytes / sizeof(float);
   if (b == Backend::Cpu && k > 1) g->bound = env.membw_bound_gbps(k);  // before any timing
-  g->ds = std::make_unique<DeviceSet>(b, k, 1);
+  g->ds = std::make_unique<DeviceSet>(b, k, 1, env.cfg().link);
   g->ar = make_allreduce(alg, *g->ds->group, AllReduceOptions{env.cfg().tune_file});
   for (int r = 0; r < k; ++r) {
     Device& dev = (*g->ds)[r];
@@ -145,6 +145,11 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
   // traffic model is the one used.
   const std::string ran = g->ar->choice(g->n);
   if (g->ar->describe() != alg) st.SetLabel("ran " + ran + " | " + g->ar->describe());
+  if (const LinkSpec& link = env.cfg().link; link.enabled()) {  // the alpha-beta check
+    const double model = allreduce_link_cost(ran, double(bytes), k, link);
+    st.counters["link_model_s"] = model;
+    st.counters["link_ratio"] = model > 0 ? mean / model : 0.0;  // measured / model
+  }
   const double factor = find_allreduce(ran).traffic_factor;
   if (b == Backend::Cpu && factor > 0) {
     const double traffic = mean > 0 ? factor * (k - 1) * double(bytes) / mean / 1e9 : 0.0;

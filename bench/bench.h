@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "collectives/allreduce.h"
+#include "collectives/link.h"
 #include "src/core/device.h"
 #include "src/core/rank_threads.h"
 
@@ -44,6 +45,7 @@ struct BenchConfig {
   int cpu_threads = 0;                         // overlap, CPU: math threads per rank (0: cores/k)
   std::string data_dir;                        // "": $DPBENCH_DATA or the Debian default
   std::string tune_file;                       // allreduce auto: tuning table ("": built-in)
+  LinkSpec link;                               // emulated link between CPU ranks (off: 0, 0)
 };
 
 // Fixed global training batch for the overlap benchmarks (images uint8 28x28, labels 0..9).
@@ -125,9 +127,10 @@ enum class Backend { Cpu, Cuda };
 inline const char* backend_name(Backend b) { return b == Backend::Cpu ? "cpu" : "cuda"; }
 
 // k devices (make_devices: CUDA rank r on GPU r mod cuda_device_count(), shared GPUs when k
-// exceeds it) and a CommGroup over them.
+// exceeds it), paced by an emulated link when `link` is enabled (collectives/link.h; CPU only),
+// and a CommGroup over them.
 struct DeviceSet {
-  DeviceSet(Backend b, int k, int cpu_threads);
+  DeviceSet(Backend b, int k, int cpu_threads, const LinkSpec& link = {});
   std::vector<std::unique_ptr<Device>> devs;
   std::unique_ptr<CommGroup> group;
   Device& operator[](int r) { return *devs[r]; }

@@ -41,8 +41,9 @@ std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream) {
 }
 #endif
 
-DeviceSet::DeviceSet(Backend b, int k, int cpu_threads)
+DeviceSet::DeviceSet(Backend b, int k, int cpu_threads, const LinkSpec& link)
     : devs(make_devices(backend_name(b), k, cpu_threads)) {
+  attach_link(devs, link);  // CUDA + link: with_link refuses
   std::vector<Device*> ptrs;
   for (auto& d : devs) ptrs.push_back(d.get());
   group = std::make_unique<CommGroup>(k, ptrs);

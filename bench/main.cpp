@@ -70,6 +70,12 @@ dpbench flags (--name=value):
                             scripts/tune_allreduce.py; default: the compiled-in
                             collectives/tuning/default.json). Each auto benchmark's label
                             names the algorithm it ran; the context has the table's rules.
+  --dpb_link_gbps=G         emulated link between CPU ranks: Gb/s per direction (default 0: no
+                            limit); every transfer between ranks takes L + bytes / G and the
+                            waiting thread sleeps (collectives/link.h). all-reduce benchmarks
+                            then add link_model_s (the algorithm's alpha-beta cost) and
+                            link_ratio (measured / model)
+  --dpb_link_latency_us=L   emulated link: microseconds per transfer (default 0)
   --dpb_data_dir=DIR        Fashion-MNIST (default $DPBENCH_DATA or
                             /usr/share/datasets/fashion-mnist; random pixels when absent)
 Defaults that differ from Google Benchmark's:
@@ -163,6 +169,12 @@ BenchConfig parse_dpb_flags(int* argc, char** argv) {
       cfg.bucket_mb = std::strtod(v.c_str(), &end);
       if (end == v.c_str() || *end != '\0' || !(cfg.bucket_mb > 0))
         die(k + ": expected a positive number, got '" + v + "'");
+    } else if (k == "--dpb_link_gbps" || k == "--dpb_link_latency_us") {
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(x >= 0) || x > 1e7)
+        die(k + ": expected a number >= 0, got '" + v + "'");
+      (k == "--dpb_link_gbps" ? cfg.link.gbps : cfg.link.latency_us) = x;
     } else if (k == "--dpb_data_dir") {
       cfg.data_dir = v;
     } else if (k == "--dpb_tune_file") {
@@ -190,6 +202,9 @@ void add_context(const BenchConfig& cfg, const std::vector<std::string>& backend
   benchmark::AddCustomContext("backends", b);
   benchmark::AddCustomContext("overlap_cpu_threads_per_rank",
                               cfg.cpu_threads > 0 ? std::to_string(cfg.cpu_threads) : "cores/k");
+  benchmark::AddCustomContext("link", cfg.link.label());
+  benchmark::AddCustomContext("link_gbps", std::to_string(cfg.link.gbps));
+  benchmark::AddCustomContext("link_latency_us", std::to_string(cfg.link.latency_us));
   const char* spin = std::getenv("DPB_SPIN_US");
   benchmark::AddCustomContext("barrier_spin_us",
                               spin ? spin : "default (100 if ranks (+ comm threads) <= cores)");

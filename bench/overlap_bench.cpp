@@ -108,7 +108,9 @@ std::shared_ptr<OvRig> make_ov_rig(BenchEnv& env, Backend b, const std::string& 
   g->tb.assign(k, 0.0);
   const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = env.cfg().cpu_threads > 0 ? env.cfg().cpu_threads : std::max(1, hw / k);
-  g->ranks = std::make_unique<RankSet>(make_devices(backend_name(b), k, threads), "ring");
+  auto devs = make_devices(backend_name(b), k, threads);
+  attach_link(devs, env.cfg().link);  // no-op without an emulated link
+  g->ranks = std::make_unique<RankSet>(std::move(devs), "ring");
   adapt_barrier_spin(*g->ranks->group, cfg);
   const std::vector<float> init = init_params(model_param_layout(model), 0);
   for (int r = 0; r < k; ++r) {
