@@ -1,0 +1,357 @@
+#!/usr/bin/env python3
+"""link_study.py: the emulated-link study (issue 13): alpha-beta check of the paced all-reduces,
+overlap vs bucket size on an emulated link, projection vs emulated runs, and the projected
+speedup on named interconnects. Standard library for the runs; plots need matplotlib (run under
+/usr/bin/python3 on Debian).
+
+  scripts/link_study.py micro   --out DIR   # dpbench-micro all-reduces on a link vs the model
+  scripts/link_study.py overlap --out DIR   # ResNet-18 k=2 overlap modes, 1/5/25 MB, 2 latencies
+  scripts/link_study.py check   --out DIR   # dpbench project vs dpbench train on emulated links
+  scripts/link_study.py figure  --out DIR   # predicted speedup vs devices on named links
+  scripts/link_study.py plot-suite --out DIR  # DIR/link.csv (run_suite.py --suite link): exposed
+                                              # communication vs bucket size, one line per link
+Common: --bin build/dpbench --micro-bin build/dpbench-micro --quick (fewer repetitions).
+Outputs: DIR/link-*.csv, DIR/link-*.json, DIR/plots/link-*.png|svg, and a table on stdout.
+"""
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+# Named links: G in Gb/s per direction per GPU, L in us per transfer (step).
+#   PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 = 31.5 GB/s; NVLink 4 on H100: 18 links x 25 GB/s
+#   = 450 GB/s per direction (NVIDIA H100 datasheet, 900 GB/s bidirectional); Ethernet and
+#   InfiniBand NDR: the line rate. Latencies: NCCL's own model of one ring step with the Simple
+#   protocol (hwLat in src/graph/tuning.cc: NVLink 3.4 us, PCI 5.7 us, network 14 us).
+NAMED_LINKS = [
+    ("PCIe 4 x16", 252.0, 5.7),
+    ("NVLink (H100)", 3600.0, 3.4),
+    ("100 Gb Ethernet", 100.0, 14.0),
+    ("400 Gb InfiniBand", 400.0, 14.0),
+]
+DEVICES = [1, 2, 4, 8, 16, 32, 64]
+
+# The projection check: per model, the data subset, two emulated links (slow, fast; 50 us) and the
+# gradient sync whose overlap is switched on and off.
+CHECK = {
+    "lenet": dict(batch=256, train=2048, links=[0.02, 0.1], sync=["--grad-sync", "per-param"]),
+    "resnet18": dict(batch=32, train=128, links=[0.25, 1.0],
+                     sync=["--grad-sync", "bucketed", "--bucket-mb", "5"]),
+}
+CHECK_LATENCY_US = 50.0
+
+
+def run(cmd, **kw):
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    return subprocess.run(cmd, check=True, text=True, stdout=subprocess.PIPE, **kw).stdout
+
+
+def write_csv(path, rows):
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
+def machine_note():
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return f"{cpu}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+
+
+def pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save(fig, out, name):
+    os.makedirs(os.path.join(out, "plots"), exist_ok=True)
+    for ext in ("png", "svg"):
+        path = os.path.join(out, "plots", f"{name}.{ext}")
+        tmp = f"{path}.tmp{os.getpid()}"
+        fig.savefig(tmp, format=ext, bbox_inches="tight", dpi=110)
+        os.replace(tmp, path)
+    print(f"wrote {out}/plots/{name}.png and .svg")
+
+
+# ----------------------------------------------------------------------------- micro
+
+
+def cmd_micro(a):
+    gbps, lat = 1.0, 50.0
+    out = os.path.join(a.out, "link-micro.json")
+    sizes = "(65536|1048576|4194304|16777216)" if a.quick else "(65536|1048576|4194304|16777216|33554432)"
+    run([a.micro_bin, "--dpb_ranks=2,4", f"--dpb_link_gbps={gbps}", f"--dpb_link_latency_us={lat}",
+         f"--benchmark_filter=^allreduce/cpu/(ring|naive)/ranks:[24]/bytes:{sizes}/",
+         "--benchmark_min_time=0.5", "--benchmark_repetitions=3",
+         "--benchmark_report_aggregates_only=true", f"--benchmark_out={out}"])
+    with open(out) as f:
+        bench = json.load(f)["benchmarks"]
+    rows = []
+    for b in bench:
+        if b.get("aggregate_name") != "median" or "link_model_s" not in b:
+            continue
+        _, _, alg, ranks, size = b["run_name"].split("/")[:5]
+        model = b["link_model_s"]
+        meas = b["real_time"] * {"us": 1e-6, "ms": 1e-3, "ns": 1e-9, "s": 1.0}[b["time_unit"]]
+        rows.append(dict(alg=alg, ranks=int(ranks.split(":")[1]), bytes=int(size.split(":")[1]),
+                         link_gbps=gbps, link_latency_us=lat, model_ms=round(model * 1e3, 3),
+                         measured_ms=round(meas * 1e3, 3), error_pct=round((meas / model - 1) * 100, 1),
+                         emulated_dominates=int(model >= 0.02), wrong=b.get("wrong", "")))
+    write_csv(os.path.join(a.out, "link-micro.csv"), rows)
+    print(f"\nAll-reduce on an emulated link ({gbps} Gb/s, {lat} us), median of 3; {machine_note()}")
+    print(f"{'alg':6} {'k':>2} {'bytes':>10} {'model ms':>10} {'measured':>10} {'error':>7}")
+    for r in rows:
+        flag = "" if not r["emulated_dominates"] else (" ok" if abs(r["error_pct"]) <= 10 else " >10%")
+        print(f"{r['alg']:6} {r['ranks']:>2} {r['bytes']:>10} {r['model_ms']:>10.2f} "
+              f"{r['measured_ms']:>10.2f} {r['error_pct']:>6.1f}%{flag}")
+
+
+# ----------------------------------------------------------------------------- overlap
+
+
+def cmd_overlap(a):
+    reps = 3 if a.quick else 5
+    rows = []
+    for lat in a.latencies:
+        for mb, modes in ((25, "(fused-after|per-param-after|per-param-overlap|bucket25MB-overlap)"),
+                          (5, "bucket5MB-overlap"), (1, "bucket1MB-overlap")):
+            out = os.path.join(a.out, f"link-overlap-L{lat:g}-b{mb}.json")
+            if not os.path.exists(out):
+                run([a.micro_bin, "--dpb_ranks=2", f"--dpb_resnet18_batch={a.batch}",
+                     f"--dpb_bucket_mb={mb}", f"--dpb_link_gbps={a.gbps}",
+                     f"--dpb_link_latency_us={lat}",
+                     f"--benchmark_filter=^overlap/cpu/resnet18/{modes}/ranks:2/",
+                     "--benchmark_min_time=1", f"--benchmark_repetitions={reps}",
+                     "--benchmark_enable_random_interleaving=true", f"--benchmark_out={out}"])
+            with open(out) as f:
+                bench = json.load(f)["benchmarks"]
+            per_mode = {}
+            for b in bench:
+                if b.get("run_type") == "iteration" and "exposed_comm_median_s" in b:
+                    per_mode.setdefault(b["run_name"].split("/")[3], []).append(b)
+            for mode, bs in per_mode.items():
+                med = [b["exposed_comm_median_s"] for b in bs]
+                rows.append(dict(link_gbps=a.gbps, link_latency_us=lat, mode=mode,
+                                 bucket_mb=mb if mode.startswith("bucket") else "",
+                                 repetitions=len(bs), exposed_comm_s=statistics.median(med),
+                                 exposed_min_s=min(med), exposed_max_s=max(med),
+                                 ci95_lo_s=statistics.median(b["exposed_comm_ci95_lo_s"] for b in bs),
+                                 ci95_hi_s=statistics.median(b["exposed_comm_ci95_hi_s"] for b in bs),
+                                 compute_s=statistics.median(b["compute_s"] for b in bs)))
+    write_csv(os.path.join(a.out, "link-overlap.csv"), rows)
+    print(f"\nResNet-18, k=2, global batch {a.batch}, link {a.gbps} Gb/s; {machine_note()}")
+    print(f"{'L us':>6} {'mode':22} {'exposed s':>10} {'95% CI (median rep)':>22} {'compute s':>10}")
+    for r in rows:
+        print(f"{r['link_latency_us']:>6g} {r['mode']:22} {r['exposed_comm_s']:>10.3f} "
+              f"[{r['ci95_lo_s']:.3f}, {r['ci95_hi_s']:.3f}]{'':>6} {r['compute_s']:>10.3f}")
+    plot_overlap(a.out, rows, "link-overlap", "per step: median over repetitions, bars: min-max of "
+                 "repetitions")
+
+
+def plot_overlap(out, rows, name, what):
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for i, lat in enumerate(sorted({r["link_latency_us"] for r in rows})):
+        at = [r for r in rows if r["link_latency_us"] == lat]
+        b = sorted((r for r in at if r["bucket_mb"] != ""), key=lambda r: r["bucket_mb"])
+        color = f"C{i}"
+        ax.errorbar([r["bucket_mb"] for r in b], [r["exposed_comm_s"] for r in b],
+                    yerr=[[r["exposed_comm_s"] - r["exposed_min_s"] for r in b],
+                          [r["exposed_max_s"] - r["exposed_comm_s"] for r in b]],
+                    marker="o", color=color, capsize=3,
+                    label=f"buckets, overlapped ({at[0]['link_gbps']:g} Gb/s, {lat:g} us)")
+        for mode, style in (("per-param-after", "--"), ("fused-after", ":"),
+                            ("per-param-overlap", "-.")):
+            m = [r for r in at if r["mode"] == mode]
+            if m:
+                ax.axhline(m[0]["exposed_comm_s"], color=color, ls=style, lw=1,
+                           label=f"{mode} ({lat:g} us)")
+    ax.set_xscale("log")
+    ax.set_xticks([1, 5, 25])
+    ax.set_xticklabels(["1", "5", "25"])
+    ax.set_xlabel("bucket size (MB)")
+    ax.set_ylabel("exposed communication (s)")
+    ax.set_title("ResNet-18, 2 ranks on an EMULATED link: exposed communication\n" + what,
+                 fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    save(fig, out, name)
+
+
+def cmd_plot_suite(a):
+    """The link suite's CSV (last epoch of each run) as the overlap plot's rows."""
+    path = os.path.join(a.out, "link.csv")
+    if not os.path.exists(path):
+        sys.exit(f"link_study.py: no {path} (run: scripts/run_suite.py run --suite link --out {a.out})")
+    with open(path) as f:
+        last = {}
+        for r in csv.DictReader(f):
+            last[r["scenario"]] = r  # rows are in epoch order: the last one wins
+    rows = []
+    for r in last.values():
+        if float(r.get("link_gbps") or 0) <= 0 and float(r.get("link_latency_us") or 0) <= 0:
+            continue
+        ovl = r["overlap"] == "on"
+        mode = (f"bucket{float(r['bucket_mb']):g}MB-overlap" if r["grad_sync"] == "bucketed" and ovl
+                else f"{r['grad_sync']}-{'overlap' if ovl else 'after'}")
+        x = float(r["exposed_comm_s"])
+        rows.append(dict(link_gbps=float(r["link_gbps"]), link_latency_us=float(r["link_latency_us"]),
+                         mode=mode, bucket_mb=float(r["bucket_mb"]) if mode.startswith("bucket") else "",
+                         exposed_comm_s=x, exposed_min_s=x, exposed_max_s=x))
+    if not rows:
+        sys.exit(f"link_study.py: {path} has no emulated-link runs")
+    plot_overlap(a.out, rows, "link-suite-exposed",
+                 "per epoch (last epoch of each run of the link suite; one run each, no interval)")
+
+
+# ----------------------------------------------------------------------------- check
+
+
+def train_args(model, k, gbps, overlap):
+    c = CHECK[model]
+    return (["--model", model, "--devices", str(k), "--batch", str(c["batch"]), "--allreduce",
+             "ring", "--overlap", overlap, "--link-gbps", str(gbps), "--link-latency-us",
+             str(CHECK_LATENCY_US)] + c["sync"])
+
+
+def cmd_check(a):
+    csv_path = os.path.join(a.out, "link-check-train.csv")
+    rows = []
+    for model, c in CHECK.items():
+        profiles = {}
+        base = None
+        for k in (1, 2, 4):
+            for gbps in (c["links"] if k > 1 else [0]):
+                for overlap in (("off", "on") if k > 1 else ("off",)):
+                    args = train_args(model, k, gbps, overlap)
+                    t0 = time.time()
+                    run([a.bin, "train"] + args + ["--train-limit", str(c["train"]), "--test-limit",
+                        "64", "--epochs", str(a.epochs), "--quiet", "--csv", csv_path])
+                    with open(csv_path) as f:
+                        last = list(csv.DictReader(f))[-1]  # the run's last epoch (steady)
+                    measured = float(last["epoch_s"])
+                    prof = os.path.join(a.out, f"link-profile-{model}-k{k}.json")
+                    pa = ["--profile", prof] if os.path.exists(prof) else ["--profile-out", prof]
+                    pred = json.loads(run([a.bin, "project"] + args + ["--train-limit",
+                                          str(c["train"])] + pa))
+                    if k == 1:
+                        base = (measured, pred["epoch_s"])
+                    rows.append(dict(model=model, devices=k, link_gbps=gbps,
+                                     link_latency_us=CHECK_LATENCY_US if k > 1 else 0,
+                                     overlap=overlap, predicted_s=round(pred["epoch_s"], 4),
+                                     measured_s=round(measured, 4),
+                                     error_pct=round((pred["epoch_s"] / measured - 1) * 100, 1),
+                                     predicted_exposed_s=round(pred["exposed_comm_s"], 4),
+                                     measured_exposed_s=round(float(last["exposed_comm_s"]), 4),
+                                     measured_speedup=round(base[0] / measured, 3),
+                                     predicted_speedup=round(base[1] / pred["epoch_s"], 3),
+                                     wall_s=round(time.time() - t0, 1)))
+                    write_csv(os.path.join(a.out, "link-check.csv"), rows)
+    print(f"\nProjection vs emulated runs (last of {a.epochs} epochs; {machine_note()})")
+    print(f"{'model':9} {'k':>2} {'Gb/s':>5} {'ovl':>3} {'predicted s':>11} {'measured s':>10} "
+          f"{'error':>7}  exposed pred/meas")
+    for r in rows:
+        print(f"{r['model']:9} {r['devices']:>2} {r['link_gbps']:>5g} {r['overlap']:>3} "
+              f"{r['predicted_s']:>11.3f} {r['measured_s']:>10.3f} {r['error_pct']:>6.1f}%  "
+              f"{r['predicted_exposed_s']:.3f}/{r['measured_exposed_s']:.3f}")
+
+
+# ----------------------------------------------------------------------------- figure
+
+
+def project(a, model, k, gbps, lat, profile, cores, extra):
+    out = run([a.bin, "project", "--model", model, "--devices", str(k), "--batch", "256",
+               "--allreduce", "ring", "--link-gbps", str(gbps), "--link-latency-us", str(lat),
+               "--cores", str(cores), "--profile", profile] + extra)
+    return json.loads(out)
+
+
+def cmd_figure(a):
+    sync = ["--grad-sync", "bucketed", "--bucket-mb", "25", "--overlap", "on"]
+    rows = []
+    for model in ("lenet", "resnet18"):
+        prof = a.profile.get(model) if a.profile else None
+        if not prof:
+            prof = os.path.join(a.out, f"link-profile-{model}-figure.json")
+            if not os.path.exists(prof):  # one device at 32 images; the projection scales it
+                run([a.bin, "project", "--model", model, "--devices", "1", "--batch", "32",
+                     "--profile-steps", "2", "--profile-out", prof])
+        for name, gbps, lat in NAMED_LINKS:
+            t1 = project(a, model, 1, gbps, lat, prof, 0, sync)["epoch_s"]
+            for k in DEVICES:
+                p = project(a, model, k, gbps, lat, prof, 0, sync)
+                rows.append(dict(model=model, link=name, link_gbps=gbps, link_latency_us=lat,
+                                 devices=k, epoch_s=p["epoch_s"], exposed_comm_s=p["exposed_comm_s"],
+                                 speedup=t1 / p["epoch_s"], profile=prof))
+    write_csv(os.path.join(a.out, "link-projection.csv"), rows)
+    checked = []
+    check_csv = os.path.join(a.out, "link-check.csv")
+    if os.path.exists(check_csv):
+        with open(check_csv) as f:
+            checked = list(csv.DictReader(f))
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, model in zip(axes, ("lenet", "resnet18")):
+        for i, (name, gbps, lat) in enumerate(NAMED_LINKS):
+            r = [x for x in rows if x["model"] == model and x["link"] == name]
+            ax.plot([x["devices"] for x in r], [x["speedup"] for x in r], marker=".", color=f"C{i}",
+                    label=f"{name}: {gbps:g} Gb/s, {lat:g} us (projected)")
+        ax.plot(DEVICES, DEVICES, color="0.7", lw=0.8, ls=":", label="linear")
+        for j, gbps in enumerate(sorted({float(c["link_gbps"]) for c in checked
+                                         if c["model"] == model and float(c["link_gbps"]) > 0})):
+            pts = [c for c in checked if c["model"] == model and float(c["link_gbps"]) == gbps
+                   and c["overlap"] == "on"]
+            ax.plot([int(c["devices"]) for c in pts], [float(c["predicted_speedup"]) for c in pts],
+                    ls="--", color=f"C{4 + j}", lw=1,
+                    label=f"emulated {gbps:g} Gb/s, {CHECK_LATENCY_US:g} us: projected, this machine")
+            ax.plot([int(c["devices"]) for c in pts], [float(c["measured_speedup"]) for c in pts],
+                    ls="none", marker="x", ms=8, color=f"C{4 + j}",
+                    label=f"emulated {gbps:g} Gb/s: MEASURED (subset)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xticks(DEVICES)
+        ax.set_xticklabels([str(d) for d in DEVICES])
+        ax.set_xlabel("devices")
+        ax.set_ylabel("predicted speedup over 1 device")
+        ax.set_title(f"{model}: global batch 256, ring, 25 MB buckets overlapped", fontsize=9)
+        ax.legend(fontsize=6, loc="upper left")
+    fig.suptitle("dpbench project: speedup vs devices from a one-device CPU profile "
+                 f"({machine_note()}); named links use a device per rank", fontsize=8)
+    save(fig, a.out, "link-projection")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["micro", "overlap", "check", "figure", "plot-suite"])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--bin", default="build/dpbench")
+    ap.add_argument("--micro-bin", default="build/dpbench-micro")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--epochs", type=int, default=2, help="check: epochs per run (the last is used)")
+    ap.add_argument("--gbps", type=float, default=1.0, help="overlap: link bandwidth")
+    ap.add_argument("--latencies", default="50,5000", help="overlap: link latencies, us")
+    ap.add_argument("--batch", type=int, default=8, help="overlap: ResNet-18 global batch")
+    ap.add_argument("--profile", action="append", default=[],
+                    help="figure: MODEL=FILE one-device profile (e.g. measured on a GPU)")
+    a = ap.parse_args()
+    a.latencies = [float(x) for x in a.latencies.split(",")]
+    a.profile = dict(p.split("=", 1) for p in a.profile)
+    os.makedirs(a.out, exist_ok=True)
+    {"micro": cmd_micro, "overlap": cmd_overlap, "check": cmd_check, "figure": cmd_figure,
+     "plot-suite": cmd_plot_suite}[a.what](a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# link_cli_test.sh BUILD_DIR: the emulated link and the projection on the command line: bad
+# values refused naming the option; `dpbench project` prints one JSON object, writes a profile
+# and reads it back; an emulated-link training run records its link in the CSV.
+set -u
+BIN="$1/dpbench"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+expect_fail() {  # expect_fail "needle" args...
+  local needle="$1"; shift
+  out=$("$BIN" "$@" 2>&1); rc=$?
+  if [ $rc -eq 0 ] || ! grep -qF -- "$needle" <<<"$out"; then
+    fail "dpbench $* -> rc=$rc, expected non-zero and '$needle' in:"; echo "$out" | head -5
+  else
+    echo "ok: dpbench $* -> rc=$rc ($(head -1 <<<"$out" | cut -c1-100))"
+  fi
+}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+"$BIN" project --help | grep -q -- "--link-gbps" || fail "project --help"
+expect_fail "--link-gbps" train --link-gbps -1 --train-limit 64 --test-limit 16
+expect_fail "--link-latency-us" train --link-latency-us nan --train-limit 64 --test-limit 16
+expect_fail "--link-latency-us" project --link-latency-us -5
+expect_fail "--profile" project --profile /nonexistent/profile.json
+expect_fail "no link cost model" project --allreduce carrier-pigeon
+printf '{"format": "dpbench-profile/1", "model": "lenet"}' > "$tmp/bad.json"
+expect_fail "$tmp/bad.json" project --profile "$tmp/bad.json"
+# A measured profile round trip: written, read back, refused for another model.
+out=$("$BIN" project --model lenet --devices 2 --batch 64 --train-limit 256 --link-gbps 1 \
+      --link-latency-us 20 --profile-steps 1 --profile-out "$tmp/p.json" 2>/dev/null) \
+  || fail "project (measured)"
+grep -q '"epoch_s"' <<<"$out" && grep -q '"exposed_comm_s"' <<<"$out" || fail "project output: $out"
+"$BIN" project --model lenet --devices 4 --profile "$tmp/p.json" --overlap on \
+    --grad-sync bucketed | grep -q '"compute_s"' || fail "project --profile"
+expect_fail "profiles lenet" project --model resnet18 --profile "$tmp/p.json"
+if [ -d /usr/share/datasets/fashion-mnist ]; then
+  "$BIN" train --devices 2 --batch 32 --epochs 1 --train-limit 64 --test-limit 16 --quiet \
+      --link-gbps 2 --link-latency-us 10 --csv "$tmp/l.csv" || fail "emulated-link run"
+  /usr/bin/env python3 - "$tmp/l.csv" <<'PY' || fail "CSV link columns"
+import csv, sys
+r = list(csv.DictReader(open(sys.argv[1])))[-1]
+assert float(r["link_gbps"]) == 2 and float(r["link_latency_us"]) == 10, r
+assert r["replicas_in_sync"] == "1", r
+PY
+fi
+[ $fails -eq 0 ] && echo "link_cli_test: all passed" || { echo "link_cli_test: $fails failure(s)"; exit 1; }
