@@ -185,6 +185,18 @@ else
   python3 scripts/run_suite.py record --rc $prc --wall $((SECONDS - t)) "$out" -- \
     "$PLOTPY" plots/make_plots.py "$out"
   ((prc == 0)) || echo "run_all.sh: WARNING: plots/make_plots.py failed (rc $prc)" >&2
+  # Projection (issue 13): predicted speedup vs devices on named links from a one-device profile
+  # of this backend; the emulated-link suite's plot when `--suite link` ran.
+  for what in figure $([ -f "$out/link.csv" ] && echo plot-suite); do
+    t=$SECONDS
+    set +e
+    "$PLOTPY" scripts/link_study.py "$what" --out "$out" --bin "$BUILD/dpbench" --backend "$backend"
+    lrc=$?
+    set -e
+    python3 scripts/run_suite.py record --rc $lrc --wall $((SECONDS - t)) "$out" -- \
+      "$PLOTPY" scripts/link_study.py "$what" --out "$out" --backend "$backend"
+    ((lrc == 0)) || echo "run_all.sh: WARNING: scripts/link_study.py $what failed (rc $lrc)" >&2
+  done
 fi
 
 # ---- 5. summary

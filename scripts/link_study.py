@@ -90,8 +90,8 @@ def save(fig, out, name):
 
 
 def cmd_micro(a):
-    gbps, lat = 1.0, 50.0
-    out = os.path.join(a.out, "link-micro.json")
+    gbps, lat = a.gbps, 50.0
+    out = os.path.join(a.out, f"link-micro-{gbps:g}gbps.json")
     sizes = "(65536|1048576|4194304|16777216)" if a.quick else "(65536|1048576|4194304|16777216|33554432)"
     run([a.micro_bin, "--dpb_ranks=2,4", f"--dpb_link_gbps={gbps}", f"--dpb_link_latency_us={lat}",
          f"--benchmark_filter=^allreduce/cpu/(ring|naive)/ranks:[24]/bytes:{sizes}/",
@@ -110,7 +110,7 @@ def cmd_micro(a):
                          link_gbps=gbps, link_latency_us=lat, model_ms=round(model * 1e3, 3),
                          measured_ms=round(meas * 1e3, 3), error_pct=round((meas / model - 1) * 100, 1),
                          emulated_dominates=int(model >= 0.02), wrong=b.get("wrong", "")))
-    write_csv(os.path.join(a.out, "link-micro.csv"), rows)
+    write_csv(os.path.join(a.out, f"link-micro-{gbps:g}gbps.csv"), rows)
     print(f"\nAll-reduce on an emulated link ({gbps} Gb/s, {lat} us), median of 3; {machine_note()}")
     print(f"{'alg':6} {'k':>2} {'bytes':>10} {'model ms':>10} {'measured':>10} {'error':>7}")
     for r in rows:
@@ -223,7 +223,7 @@ def train_args(model, k, gbps, overlap):
     c = CHECK[model]
     return (["--model", model, "--devices", str(k), "--batch", str(c["batch"]), "--allreduce",
              "ring", "--overlap", overlap, "--link-gbps", str(gbps), "--link-latency-us",
-             str(CHECK_LATENCY_US)] + c["sync"])
+             str(CHECK_LATENCY_US if k > 1 else 0)] + c["sync"])
 
 
 def cmd_check(a):
@@ -287,7 +287,7 @@ def cmd_figure(a):
             prof = os.path.join(a.out, f"link-profile-{model}-figure.json")
             if not os.path.exists(prof):  # one device at 32 images; the projection scales it
                 run([a.bin, "project", "--model", model, "--devices", "1", "--batch", "32",
-                     "--profile-steps", "2", "--profile-out", prof])
+                     "--backend", a.backend, "--profile-steps", "2", "--profile-out", prof])
         for name, gbps, lat in NAMED_LINKS:
             t1 = project(a, model, 1, gbps, lat, prof, 0, sync)["epoch_s"]
             for k in DEVICES:
@@ -327,8 +327,10 @@ def cmd_figure(a):
         ax.set_ylabel("predicted speedup over 1 device")
         ax.set_title(f"{model}: global batch 256, ring, 25 MB buckets overlapped", fontsize=9)
         ax.legend(fontsize=6, loc="upper left")
-    fig.suptitle("dpbench project: speedup vs devices from a one-device CPU profile "
-                 f"({machine_note()}); named links use a device per rank", fontsize=8)
+    first = json.load(open(rows[0]["profile"]))
+    fig.suptitle(f"dpbench project: speedup vs devices from a one-device {first['backend']} profile "
+                 f"({first['device']}; {machine_note()}); named links: a device per rank",
+                 fontsize=8)
     save(fig, a.out, "link-projection")
 
 
@@ -339,8 +341,10 @@ def main():
     ap.add_argument("--bin", default="build/dpbench")
     ap.add_argument("--micro-bin", default="build/dpbench-micro")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"],
+                    help="figure: the device the one-device profile is measured on")
     ap.add_argument("--epochs", type=int, default=2, help="check: epochs per run (the last is used)")
-    ap.add_argument("--gbps", type=float, default=1.0, help="overlap: link bandwidth")
+    ap.add_argument("--gbps", type=float, default=1.0, help="micro, overlap: link bandwidth")
     ap.add_argument("--latencies", default="50,5000", help="overlap: link latencies, us")
     ap.add_argument("--batch", type=int, default=8, help="overlap: ResNet-18 global batch")
     ap.add_argument("--profile", action="append", default=[],
