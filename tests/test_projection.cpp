@@ -89,6 +89,11 @@ TEST(Projection, ComputeScalesWithTheShardAndSharedCores) {
   p = project(prof, cfg);
   EXPECT_DOUBLE_EQ(p.compute_stretch, 2.0);
   EXPECT_NEAR(p.epoch_s, 2 * (0.05 + 0.5 + 1.0 + 0.5), 1e-9);
+  StepProfile side = prof;  // measured with 4 ranks side by side: the sharing is in the times
+  side.ranks = 4;
+  EXPECT_DOUBLE_EQ(project(side, cfg).compute_stretch, 1.0);
+  side.ranks = 2;  // 2 ranks of 1 thread fit 2 cores; 4 need twice the time
+  EXPECT_DOUBLE_EQ(project(side, cfg).compute_stretch, 2.0);
   cfg.train_examples = 230;  // a last step of 30 images: 8 per device
   p = project(prof, cfg);
   EXPECT_EQ(p.steps, 2);
@@ -118,7 +123,8 @@ TEST(Projection, ProfileJsonRoundTripAndErrors) {
 }
 
 TEST(Projection, MeasuredProfileHasEveryGradientInsideBackward) {
-  const StepProfile p = measure_profile("lenet", "cpu", 1, 8, 1);
+  const StepProfile p = measure_profile("lenet", "cpu", 1, 8, 1, /*ranks=*/2);
+  EXPECT_EQ(p.ranks, 2);
   ASSERT_EQ(p.params.size(), model_param_layout("lenet").size());
   for (const auto& q : p.params) {
     EXPECT_GE(q.ready_s, 0.0) << q.name;

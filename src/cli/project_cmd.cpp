@@ -86,10 +86,13 @@ int run_project(ProjectArgs a) {
     // The shard and math threads of rank 0 in `dpbench train` with the same flags.
     const int threads = a.threads > 0 ? a.threads : std::max(1, hw / cfg.devices);
     const int shard = (cfg.batch + cfg.devices - 1) / cfg.devices;
-    std::fprintf(stderr, "dpbench project: measuring %s on one %s device, %d image(s), %d thread(s), "
-                         "%d step(s)\n", a.model.c_str(), a.backend.c_str(), shard, threads,
-                 a.profile_steps);
-    prof = measure_profile(a.model, a.backend, threads, shard, a.profile_steps);
+    // CPU ranks that share this machine's cores are measured side by side, as they will run.
+    // At most 2 x cores of them (the projection stretches compute for the rest).
+    const int ranks = a.backend == "cpu" && cfg.cores > 0 ? std::min(cfg.devices, 2 * cfg.cores) : 1;
+    std::fprintf(stderr, "dpbench project: measuring %s on %d %s device(s) side by side, %d "
+                         "image(s), %d thread(s) each, %d step(s)\n", a.model.c_str(), ranks,
+                 a.backend.c_str(), shard, threads, a.profile_steps);
+    prof = measure_profile(a.model, a.backend, threads, shard, a.profile_steps, ranks);
   }
   if (!a.profile_out.empty()) write_file_atomic(a.profile_out, profile_to_json(prof).dump(1) + "\n");
   const Projection p = project(prof, cfg);

@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <barrier>
+#include <exception>
 #include <fstream>
+#include <functional>
+#include <thread>
 
 #include "src/core/check.h"
 #include "src/core/stats.h"
@@ -32,11 +36,12 @@ double median(std::vector<double> xs) { return median_ci95(std::move(xs)).median
 
 }  // namespace
 
-StepProfile measure_profile(const std::string& model, const std::string& backend, int threads,
-                            int batch, int steps) {
-  DPB_CHECK(is_model_name(model), "profile: unknown model '" << model << "'");
-  DPB_CHECK(batch >= 1 && steps >= 1, "profile: batch and steps must be >= 1");
-  auto dev = backend == "cuda" ? make_cuda_device(0, 0, false) : make_cpu_device(0, threads);
+namespace {
+
+// One replica's profile; `step_start` is called before every step (all replicas start together).
+StepProfile measure_one(const std::string& model, const std::string& backend, int threads,
+                        int batch, int steps, int rank, const std::function<void()>& step_start) {
+  auto dev = backend == "cuda" ? make_cuda_device(rank, 0, false) : make_cpu_device(rank, threads);
   auto net = make_model(model, *dev, batch);
   const size_t P = net->num_floats();
   Buffer w(*dev, P, "profile parameters"), g(*dev, P, "profile gradients");
@@ -53,6 +58,7 @@ StepProfile measure_profile(const std::string& model, const std::string& backend
   std::vector<double> data, fwd, bwd, opt;
   std::vector<std::vector<double>> ready(np);
   for (int step = 0; step <= steps; ++step) {  // step 0: warm-up, not recorded
+    step_start();
     auto t = Clock::now();
     dev->load_images(x.get(), img.data(), img.size());
     dev->load_labels(y.get(), lab.data(), lab.size());
@@ -102,12 +108,43 @@ StepProfile measure_profile(const std::string& model, const std::string& backend
   return p;
 }
 
+}  // namespace
+
+StepProfile measure_profile(const std::string& model, const std::string& backend, int threads,
+                            int batch, int steps, int ranks) {
+  DPB_CHECK(is_model_name(model), "profile: unknown model '" << model << "'");
+  DPB_CHECK(batch >= 1 && steps >= 1, "profile: batch and steps must be >= 1");
+  DPB_CHECK(ranks >= 1 && (ranks == 1 || backend == "cpu"),
+            "profile: side-by-side ranks (" << ranks << ") need the CPU backend");
+  std::barrier<> sync(ranks);
+  std::vector<StepProfile> out(ranks);
+  std::vector<std::exception_ptr> err(ranks);
+  auto body = [&](int r) {
+    try {
+      out[r] = measure_one(model, backend, threads, batch, steps, r,
+                           [&] { if (ranks > 1) sync.arrive_and_wait(); });
+    } catch (...) {
+      err[r] = std::current_exception();
+      if (ranks > 1) sync.arrive_and_drop();  // the others do not wait for this one
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int r = 1; r < ranks; ++r) pool.emplace_back(body, r);
+  body(0);
+  for (auto& t : pool) t.join();
+  for (auto& e : err)
+    if (e) std::rethrow_exception(e);
+  out[0].ranks = ranks;
+  return out[0];
+}
+
 nlohmann::json profile_to_json(const StepProfile& p) {
   nlohmann::json params = nlohmann::json::array();
   for (const auto& q : p.params)
     params.push_back({{"name", q.name}, {"floats", q.floats}, {"ready_s", q.ready_s}});
   return {{"format", kFormat},     {"model", p.model},         {"backend", p.backend},
           {"device", p.device},    {"cpu", p.cpu},             {"threads", p.threads},
+          {"ranks", p.ranks},
           {"batch", p.batch},      {"steps", p.steps},         {"data_s", p.data_s},
           {"forward_s", p.forward_s}, {"backward_s", p.backward_s},
           {"optimizer_s", p.optimizer_s}, {"params", params}};
@@ -138,6 +175,8 @@ StepProfile profile_from_json(const nlohmann::json& j, const std::string& source
   DPB_CHECK(is_model_name(p.model), source << ": unknown model '" << p.model << "'");
   p.threads = int(number("threads"));
   p.batch = int(number("batch"));
+  p.ranks = j.contains("ranks") ? int(number("ranks")) : 1;
+  DPB_CHECK(p.ranks >= 1, source << ": profile field \"ranks\" must be >= 1");
   DPB_CHECK(p.batch >= 1, source << ": profile field \"batch\" must be >= 1");
   p.steps = int(number("steps"));
   p.data_s = number("data_s");
@@ -205,8 +244,10 @@ Projection project(const StepProfile& prof, const ProjectConfig& cfg) {
   const std::vector<Unit> units = plan_units(sizes, cfg.sync);
   Projection p;
   p.units = int(units.size());
-  if (prof.backend == "cpu" && cfg.cores > 0)
-    p.compute_stretch = std::max(1.0, double(k) * prof.threads / cfg.cores);
+  if (prof.backend == "cpu" && cfg.cores > 0) {  // relative to the sharing the profile saw
+    auto share = [&](int ranks) { return std::max(1.0, double(ranks) * prof.threads / cfg.cores); };
+    p.compute_stretch = std::max(1.0, share(k) / share(prof.ranks));
+  }
   const int full = cfg.train_examples / cfg.batch, rest = cfg.train_examples % cfg.batch;
   p.steps = full + (rest > 0);
   auto add = [&](const StepTimes& t, int times) {
@@ -245,7 +286,8 @@ nlohmann::json projection_to_json(const StepProfile& prof, const ProjectConfig& 
           {"exposed_comm_s", p.exposed_comm_s},
           {"compute_stretch", p.compute_stretch},
           {"profile", {{"backend", prof.backend}, {"device", prof.device}, {"cpu", prof.cpu},
-                       {"threads", prof.threads}, {"batch", prof.batch}}}};
+                       {"threads", prof.threads}, {"ranks", prof.ranks},
+                       {"batch", prof.batch}}}};
 }
 
 }  // namespace dpb

@@ -5,11 +5,13 @@
 // GPU user can measure it on a GPU and project anywhere): medians over a few training steps of
 // one device at `batch` images per step:
 //   {"format": "dpbench-profile/1", "model": "resnet18", "backend": "cpu", "device": "...",
-//    "cpu": "...", "threads": 1, "batch": 128, "steps": 4,
+//    "cpu": "...", "threads": 1, "ranks": 2, "batch": 128, "steps": 4,
 //    "data_s": .., "forward_s": .., "backward_s": .., "optimizer_s": ..,
 //    "params": [{"name": "conv1.w", "floats": 1728, "ready_s": 0.41}, ...]}   // model order
 // forward_s includes the loss; ready_s is when backward made the parameter's gradient final,
-// from the start of backward. All times in seconds.
+// from the start of backward. All times in seconds. ranks: how many replicas ran the same steps at
+// once on this machine while it was measured (rank 0's times are kept): on a CPU the ranks of a
+// run share the cores and the memory bandwidth, and measuring them side by side captures that.
 //
 // Timeline of one step on one rank (every rank runs the same):
 //   data + forward + backward + exposed communication + optimizer,
@@ -19,8 +21,9 @@
 // the end of backward is exposed; without overlap every unit is exposed. Data, forward and
 // backward scale linearly with the images per device (ceil(batch / k) for the global batch);
 // the optimizer does not. On the CPU backend k ranks of `threads` math threads share the
-// machine's cores: compute is stretched by max(1, k * threads / cores) (cores = 0: every rank
-// has its own device, as on k GPUs). The last, partial batch is its own step.
+// machine's cores: when the profile was measured with fewer side-by-side ranks than k, compute is
+// stretched by max(1, k * threads / cores) / max(1, ranks * threads / cores) (cores = 0: every
+// rank has its own device, as on k GPUs). The last, partial batch is its own step.
 #pragma once
 #include <string>
 #include <vector>
@@ -40,15 +43,17 @@ struct ParamTiming {
 
 struct StepProfile {
   std::string model, backend, device, cpu;
-  int threads = 1, batch = 1, steps = 0;
+  int threads = 1, ranks = 1, batch = 1, steps = 0;
   double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
   std::vector<ParamTiming> params;  // model order
 };
 
 // Measures `steps` training steps (after one warm-up) of one device of `backend` ("cpu" |
 // "cuda") with `threads` math threads at `batch` images of random pixels per step; medians.
+// ranks > 1 (CPU): that many replicas run the same steps side by side, each on its own thread
+// and device, starting every step together; rank 0's times are kept.
 StepProfile measure_profile(const std::string& model, const std::string& backend, int threads,
-                            int batch, int steps);
+                            int batch, int steps, int ranks = 1);
 nlohmann::json profile_to_json(const StepProfile& p);
 // Throws dpb::Error naming `source` and the field when the JSON is not a valid profile.
 StepProfile profile_from_json(const nlohmann::json& j, const std::string& source);
