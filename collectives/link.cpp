@@ -236,6 +236,18 @@ double ring_cost(double n, int k, const LinkSpec& l) {  // 2(k-1) steps of one c
 double naive_cost(double n, int k, const LinkSpec& l) {  // rank 0 pulls k-1 buffers, pushes k-1
   return k <= 1 ? 0.0 : 2.0 * (k - 1) * l.transfer_s(n);
 }
+// Rank r reads its chunk from peers r+1, r+2, ... in turn: at each turn every rank sends one
+// chunk and receives one, so no link is shared; then the same for the gather.
+double direct_cost(double n, int k, const LinkSpec& l) {
+  return k <= 1 ? 0.0 : 2.0 * (k - 1) * l.transfer_s(n / k);
+}
+// Halving: log2 k exchanges of n/2, n/4, ..., n/k with a partner (full duplex); doubling: the same
+// sizes back. (k a power of two; rhd refuses other k.)
+double rhd_cost(double n, int k, const LinkSpec& l) {
+  double t = 0;
+  for (int d = k / 2; d >= 1; d /= 2) t += 2.0 * l.transfer_s(n * d / k);
+  return t;
+}
 
 }  // namespace
 
@@ -245,6 +257,8 @@ const std::vector<LinkCost>& link_cost_table() {
        naive_cost},
       {"ring", "2(k-1) (L + n/(k G)): reduce-scatter and all-gather, one chunk per step",
        ring_cost},
+      {"direct", "2(k-1) (L + n/(k G)): k-1 chunk reads per phase, no link shared", direct_cost},
+      {"rhd", "2 log2(k) L + 2 (k-1)/k n/G: exchanges of n/2, n/4, ..., n/k and back", rhd_cost},
       {"nccl", "as ring (NCCL's ring algorithm)", ring_cost},
   };
   return table;
