@@ -313,7 +313,8 @@ def cmd_figure(a):
                                          if c["model"] == model and float(c["link_gbps"]) > 0})):
             pts = [c for c in checked if c["model"] == model and float(c["link_gbps"]) == gbps
                    and c["overlap"] == "on"]
-            ax.plot([int(c["devices"]) for c in pts], [float(c["predicted_speedup"]) for c in pts],
+            ax.plot([1] + [int(c["devices"]) for c in pts],
+                    [1.0] + [float(c["predicted_speedup"]) for c in pts],
                     ls="--", color=f"C{4 + j}", lw=1,
                     label=f"emulated {gbps:g} Gb/s, {CHECK_LATENCY_US:g} us: projected, this machine")
             ax.plot([int(c["devices"]) for c in pts], [float(c["measured_speedup"]) for c in pts],
@@ -324,7 +325,7 @@ def cmd_figure(a):
         ax.set_xticks(DEVICES)
         ax.set_xticklabels([str(d) for d in DEVICES])
         ax.set_xlabel("devices")
-        ax.set_ylabel("predicted speedup over 1 device")
+        ax.set_ylabel("speedup over 1 device (x: measured, lines: projected)")
         ax.set_title(f"{model}: global batch 256, ring, 25 MB buckets overlapped", fontsize=9)
         ax.legend(fontsize=6, loc="upper left")
     first = json.load(open(rows[0]["profile"]))
