@@ -34,7 +34,8 @@ grep -q '"epoch_s"' <<<"$out" && grep -q '"exposed_comm_s"' <<<"$out" || fail "p
 expect_fail "profiles lenet" project --model resnet18 --profile "$tmp/p.json"
 if [ -d /usr/share/datasets/fashion-mnist ]; then
   "$BIN" train --devices 2 --batch 32 --epochs 1 --train-limit 64 --test-limit 16 --quiet \
-      --link-gbps 2 --link-latency-us 10 --csv "$tmp/l.csv" || fail "emulated-link run"
+      --link-gbps 2 --link-latency-us 10 --grad-sync bucketed --bucket-mb 0.1 --overlap on \
+      --csv "$tmp/l.csv" || fail "emulated-link run"
   /usr/bin/env python3 - "$tmp/l.csv" <<'PY' || fail "CSV link columns"
 import csv, sys
 r = list(csv.DictReader(open(sys.argv[1])))[-1]
