@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <thread>
 
+#include "collectives/registry.h"
+#include "collectives/tuning.h"
 #include "src/core/check.h"
 
 namespace dpb {
@@ -226,51 +228,42 @@ void attach_link(std::vector<std::unique_ptr<Device>>& devs, const LinkSpec& spe
 
 // ---------------------------------------------------------------- cost model
 
-namespace {
-
 // Every algorithm below runs its transfers one after another on each rank's thread (each comm
 // call returns when its transfer is delivered), with no two concurrent transfers on one link.
-double ring_cost(double n, int k, const LinkSpec& l) {  // 2(k-1) steps of one chunk each
+double ring_link_cost(double n, int k, const LinkSpec& l) {  // 2(k-1) steps of one chunk each
   return k <= 1 ? 0.0 : 2.0 * (k - 1) * l.transfer_s(n / k);
 }
-double naive_cost(double n, int k, const LinkSpec& l) {  // rank 0 pulls k-1 buffers, pushes k-1
+double naive_link_cost(double n, int k, const LinkSpec& l) {  // rank 0 pulls k-1, pushes k-1
   return k <= 1 ? 0.0 : 2.0 * (k - 1) * l.transfer_s(n);
 }
 // Rank r reads its chunk from peers r+1, r+2, ... in turn: at each turn every rank sends one
 // chunk and receives one, so no link is shared; then the same for the gather.
-double direct_cost(double n, int k, const LinkSpec& l) {
+double direct_link_cost(double n, int k, const LinkSpec& l) {
   return k <= 1 ? 0.0 : 2.0 * (k - 1) * l.transfer_s(n / k);
 }
 // Halving: log2 k exchanges of n/2, n/4, ..., n/k with a partner (full duplex); doubling: the same
 // sizes back. (k a power of two; rhd refuses other k.)
-double rhd_cost(double n, int k, const LinkSpec& l) {
+double rhd_link_cost(double n, int k, const LinkSpec& l) {
   double t = 0;
   for (int d = k / 2; d >= 1; d /= 2) t += 2.0 * l.transfer_s(n * d / k);
   return t;
 }
 
-}  // namespace
-
-const std::vector<LinkCost>& link_cost_table() {
-  static const std::vector<LinkCost> table = {
-      {"naive", "2(k-1) (L + n/G): rank 0 pulls every replica, then pushes the sum back",
-       naive_cost},
-      {"ring", "2(k-1) (L + n/(k G)): reduce-scatter and all-gather, one chunk per step",
-       ring_cost},
-      {"direct", "2(k-1) (L + n/(k G)): k-1 chunk reads per phase, no link shared", direct_cost},
-      {"rhd", "2 log2(k) L + 2 (k-1)/k n/G: exchanges of n/2, n/4, ..., n/k and back", rhd_cost},
-      {"nccl", "as ring (NCCL's ring algorithm)", ring_cost},
-  };
-  return table;
-}
-
-double allreduce_link_cost(const std::string& algorithm, double bytes, int k,
-                           const LinkSpec& link) {
-  for (const LinkCost& c : link_cost_table())
-    if (algorithm == c.algorithm) return c.seconds(bytes, k, link);
-  std::string valid;
-  for (const LinkCost& c : link_cost_table()) valid += std::string(valid.empty() ? "" : ", ") + c.algorithm;
-  DPB_CHECK(false, "no link cost model for all-reduce '" << algorithm << "' (have: " << valid << ")");
+double allreduce_link_cost(const std::string& algorithm, double bytes, int k, const LinkSpec& link,
+                           BackendKind kind, const std::string& tune_file) {
+  const AllReduceEntry& e = find_allreduce(algorithm);  // throws naming an unknown one
+  if (e.link_cost) return e.link_cost(bytes, k, link);
+  if (e.name == "auto") {
+    std::string why;
+    for (const TuneRule& r : resolve_tuning(load_tune_file(tune_file), kind, k, &why))
+      if (r.unbounded || bytes <= double(r.up_to_bytes))
+        return allreduce_link_cost(r.algorithm, bytes, k, link, kind, tune_file);
+  }
+  std::string have;
+  for (const AllReduceEntry& o : allreduce_algorithms())
+    if (o.link_cost) have += (have.empty() ? "" : ", ") + o.name;
+  DPB_CHECK(false, "no link cost model for all-reduce '" << algorithm << "' (have: " << have
+                                                         << ", and auto)");
 }
 
 }  // namespace dpb

@@ -20,7 +20,7 @@
 // call on a per-process fabric (each process owns its rank's two links), sleeping the same way.
 //
 // Cost model (allreduce_link_cost): the emulated time of one all-reduce of n bytes over k ranks,
-// one table entry per algorithm (link.cpp), e.g. ring: 2(k-1) (L + n/(k G)). CPU work (sums,
+// one function per algorithm, named by its registry entry, e.g. ring: 2(k-1) (L + n/(k G)). CPU work (sums,
 // copies) is assumed to hide inside the emulated time, which holds when the link is slow.
 // Tested by tests/test_link.cpp.
 #pragma once
@@ -84,15 +84,16 @@ std::unique_ptr<Device> with_link(std::unique_ptr<Device> inner, std::shared_ptr
 // Wraps every device of a rank set in one shared fabric (no-op when the spec is not enabled).
 void attach_link(std::vector<std::unique_ptr<Device>>& devs, const LinkSpec& spec);
 
-// ---- alpha-beta cost model ----
-struct LinkCost {
-  const char* algorithm;
-  const char* formula;  // for --help and reports
-  // Seconds for one all-reduce of `bytes` per rank over k ranks on `link`.
-  double (*seconds)(double bytes, int k, const LinkSpec& link);
-};
-const std::vector<LinkCost>& link_cost_table();
-// Throws dpb::Error naming the algorithm when it has no cost model.
-double allreduce_link_cost(const std::string& algorithm, double bytes, int k, const LinkSpec& link);
+// ---- alpha-beta cost models, one per algorithm (each algorithm's registry entry points to its
+// own; collectives/registry.cpp). Seconds for one all-reduce of `bytes` per rank over k ranks.
+double naive_link_cost(double bytes, int k, const LinkSpec& link);   // 2(k-1) (L + n/G)
+double ring_link_cost(double bytes, int k, const LinkSpec& link);    // 2(k-1) (L + n/(kG))
+double direct_link_cost(double bytes, int k, const LinkSpec& link);  // 2(k-1) (L + n/(kG))
+double rhd_link_cost(double bytes, int k, const LinkSpec& link);     // 2 log2(k) L + 2(k-1)/k n/G
+// The registry entry's cost; auto: the cost of what its tuning table (tune_file, "": the built-in
+// one) picks for this size, k and backend. Throws dpb::Error naming the algorithm when it is
+// unknown or has no cost model.
+double allreduce_link_cost(const std::string& algorithm, double bytes, int k, const LinkSpec& link,
+                           BackendKind kind = BackendKind::Cpu, const std::string& tune_file = "");
 
 }  // namespace dpb

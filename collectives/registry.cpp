@@ -14,18 +14,23 @@ std::unique_ptr<AllReduce> make_auto_allreduce(CommGroup& g, const AllReduceOpti
 const std::vector<AllReduceEntry>& allreduce_algorithms() {
   static const std::vector<AllReduceEntry> table = {
       {"naive", "d2l's textbook version: rank 0 gathers, sums and scatters (baseline)", {},
-       nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_naive_allreduce(g); }, 7},
+       nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_naive_allreduce(g); }, 7,
+       naive_link_cost},
       {"ring", "reduce-scatter + all-gather around a ring, 2(k-1) steps", {}, nullptr,
-       [](CommGroup& g, const AllReduceOptions&) { return make_ring_allreduce(g); }, 5},
+       [](CommGroup& g, const AllReduceOptions&) { return make_ring_allreduce(g); }, 5,
+       ring_link_cost},
       {"direct", "every rank sums its 1/k from all peers, then gathers: 2 barriers", {}, nullptr,
-       [](CommGroup& g, const AllReduceOptions&) { return make_direct_allreduce(g); }, 5},
+       [](CommGroup& g, const AllReduceOptions&) { return make_direct_allreduce(g); }, 5,
+       direct_link_cost},
       {"rhd", "recursive halving and doubling (Rabenseifner), 2 log2(k) steps; k a power of two",
        {}, rhd_refuse_ranks,
-       [](CommGroup& g, const AllReduceOptions&) { return make_rhd_allreduce(g); }, 5},
+       [](CommGroup& g, const AllReduceOptions&) { return make_rhd_allreduce(g); }, 5,
+       rhd_link_cost},
       {"auto", "per message size, the algorithm of a tuning table measured here (--tune-file)",
-       {}, nullptr, make_auto_allreduce, 0},
+       {}, nullptr, make_auto_allreduce, 0, nullptr},  // cost: its table's pick (link.cpp)
       {"nccl", "ncclAllReduce (NCCL picks its own algorithm)", {BackendKind::Cuda}, nullptr,
-       [](CommGroup& g, const AllReduceOptions&) { return make_nccl_allreduce(g); }, 0},
+       [](CommGroup& g, const AllReduceOptions&) { return make_nccl_allreduce(g); }, 0,
+       ring_link_cost},  // NCCL's ring
   };
   return table;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collectives/allreduce.h"
+#include "collectives/link.h"
 
 namespace dpb {
 
@@ -25,6 +26,10 @@ struct AllReduceEntry {
   // n bytes per rank = traffic_factor * (k - 1) * n (see bench/allreduce_bench.cpp). 0: no model
   // (benchmarks then report no traffic counters rather than a made-up zero).
   double traffic_factor;
+  // Alpha-beta cost on an emulated link (collectives/link.h): seconds for one all-reduce of
+  // `bytes` per rank over k ranks; what `dpbench project` and the link benchmarks use. nullptr:
+  // none of its own (auto: the cost of the algorithm its tuning table picks).
+  double (*link_cost)(double bytes, int k, const LinkSpec& link);
 };
 
 const std::vector<AllReduceEntry>& allreduce_algorithms();

@@ -21,7 +21,9 @@ expect_fail "--link-gbps" train --link-gbps -1 --train-limit 64 --test-limit 16
 expect_fail "--link-latency-us" train --link-latency-us nan --train-limit 64 --test-limit 16
 expect_fail "--link-latency-us" project --link-latency-us -5
 expect_fail "--profile" project --profile /nonexistent/profile.json
-expect_fail "no link cost model" project --allreduce carrier-pigeon
+expect_fail "--allreduce" project --allreduce carrier-pigeon
+"$BIN" project --model lenet --devices 2 --batch 64 --train-limit 256 --allreduce auto \
+    --profile-steps 1 --link-gbps 1 2>/dev/null | grep -q '"epoch_s"' || fail "project --allreduce auto"
 printf '{"format": "dpbench-profile/1", "model": "lenet"}' > "$tmp/bad.json"
 expect_fail "$tmp/bad.json" project --profile "$tmp/bad.json"
 # A measured profile round trip: written, read back, refused for another model.

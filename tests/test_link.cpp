@@ -12,6 +12,7 @@
 
 #include "collectives/allreduce.h"
 #include "collectives/link.h"
+#include "collectives/tuning.h"
 #include "src/core/check.h"
 #include "tests/rank_threads.h"
 
@@ -118,6 +119,15 @@ TEST(LinkCost, TableFormulas) {
   EXPECT_EQ(allreduce_link_cost("ring", 4e6, 1, l), 0.0);
   EXPECT_EQ(allreduce_link_cost("rhd", 4e6, 1, l), 0.0);
   EXPECT_THROW(allreduce_link_cost("carrier-pigeon", 1, 2, l), Error);
+  // auto costs what its (built-in) tuning table runs at that size.
+  std::string why;
+  for (double bytes : {1e3, 1e7}) {
+    std::string pick;
+    for (const TuneRule& r : resolve_tuning(load_tune_file(""), BackendKind::Cpu, 2, &why))
+      if (pick.empty() && (r.unbounded || bytes <= double(r.up_to_bytes))) pick = r.algorithm;
+    EXPECT_DOUBLE_EQ(allreduce_link_cost("auto", bytes, 2, l), allreduce_link_cost(pick, bytes, 2, l))
+        << pick;
+  }
   EXPECT_FALSE(LinkSpec{}.enabled());
   EXPECT_EQ(LinkSpec{}.label(), "none");
 }

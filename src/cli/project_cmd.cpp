@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <thread>
 
+#include "collectives/registry.h"
 #include "src/core/check.h"
+#include "src/core/registry.h"
 #include "src/core/files.h"
 
 namespace dpb {
@@ -30,8 +32,10 @@ CLI::App* add_project_command(CLI::App& app, ProjectArgs& a) {
       ->check(CLI::Range(1, 4096))->capture_default_str();
   p->add_option("--batch", a.cfg.batch, "global minibatch size (split across devices)")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  p->add_option("--allreduce", a.allreduce, "algorithm whose cost model is used")
-      ->capture_default_str();
+  p->add_option("--allreduce", a.allreduce, "algorithm whose cost model is used ("
+                + entry_names(allreduce_algorithms()) + ")")
+      ->check(CLI::IsMember(entry_name_list(allreduce_algorithms())))->capture_default_str();
+  p->add_option("--tune-file", a.cfg.tune_file, "--allreduce auto: tuning table (\"\": built-in)");
   p->add_option("--grad-sync", a.sync_mode, "per-param | fused | bucketed")
       ->check(CLI::IsMember({"per-param", "fused", "bucketed"}))->capture_default_str();
   p->add_option("--overlap", a.overlap, "on | off")->check(CLI::IsMember({"on", "off"}))
@@ -66,7 +70,9 @@ int run_project(ProjectArgs a) {
   DPB_CHECK(cfg.batch >= cfg.devices, "--batch: the global batch (" << cfg.batch
                                           << ") is smaller than the device count (" << cfg.devices
                                           << ")");
-  allreduce_link_cost(cfg.allreduce, 4, 2, cfg.link);  // refuses an algorithm without a model
+  // Refuses an algorithm without a cost model, and a bad tuning file, before measuring.
+  allreduce_link_cost(cfg.allreduce, 4, 2, cfg.link,
+                      a.backend == "cuda" ? BackendKind::Cuda : BackendKind::Cpu, cfg.tune_file);
   const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
   cfg.cores = a.cores < 0 ? hw : a.cores;
   StepProfile prof;

@@ -218,8 +218,9 @@ StepTimes project_step(const StepProfile& prof, const ProjectConfig& cfg,
   const double fwd = prof.forward_s * scale, bwd = prof.backward_s * scale;
   double comm_end = 0;  // the communication stream, from the start of backward
   for (const Unit& u : units) {
-    const double c = allreduce_link_cost(cfg.allreduce, double(u.count) * sizeof(float),
-                                         cfg.devices, cfg.link);
+    const double c = allreduce_link_cost(
+        cfg.allreduce, double(u.count) * sizeof(float), cfg.devices, cfg.link,
+        prof.backend == "cuda" ? BackendKind::Cuda : BackendKind::Cpu, cfg.tune_file);
     t.comm += c;
     double ready = 0;
     for (int p = u.first_param; p <= u.last_param; ++p)

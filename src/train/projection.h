@@ -63,6 +63,7 @@ struct ProjectConfig {
   int batch = 256;  // global
   int train_examples = 60000;
   std::string allreduce = "ring";
+  std::string tune_file;  // --allreduce auto: its tuning table ("": built-in)
   GradSyncConfig sync;
   LinkSpec link;
   int cores = 0;  // CPU profiles: cores the k ranks share (0: a device each)
