@@ -285,9 +285,10 @@ def cmd_figure(a):
         prof = a.profile.get(model) if a.profile else None
         if not prof:
             prof = os.path.join(a.out, f"link-profile-{model}-figure.json")
-            if not os.path.exists(prof):  # one device at 32 images; the projection scales it
-                run([a.bin, "project", "--model", model, "--devices", "1", "--batch", "32",
-                     "--backend", a.backend, "--profile-steps", "2", "--profile-out", prof])
+            if not os.path.exists(prof):  # one device at 16 images (seconds on a CPU); the
+                # projection scales compute linearly to each device count's shard
+                run([a.bin, "project", "--model", model, "--devices", "1", "--batch", "16",
+                     "--backend", a.backend, "--profile-steps", "1", "--profile-out", prof])
         for name, gbps, lat in NAMED_LINKS:
             t1 = project(a, model, 1, gbps, lat, prof, 0, sync)["epoch_s"]
             for k in DEVICES:
