@@ -85,7 +85,7 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
 }
 
 TrainResult train(const TrainConfig& cfg, const Dataset& data,
-                  const std::function<void(const EpochStats&)>& on_epoch) {
+                  const EpochCallback& on_epoch) {
   validate(cfg, data);
   const int k = cfg.devices;
   const int ngpu = cfg.backend == "cuda" ? cuda_device_count() : 0;
@@ -249,7 +249,7 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data,
           st.test_acc = ev[1] / data.test.n;
         }
         result.epochs.push_back(st);
-        if (on_epoch) on_epoch(st);
+        if (on_epoch) on_epoch(st, result);
       }
       barrier_wait(r);
     }

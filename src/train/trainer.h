@@ -58,8 +58,10 @@ struct TrainResult {
 // Throws dpb::Error naming the argument when the configuration is invalid (before any work).
 void validate(const TrainConfig& cfg, const Dataset& data);
 
-// on_epoch is called (on the calling thread's behalf, from rank 0) after each epoch.
-TrainResult train(const TrainConfig& cfg, const Dataset& data,
-                  const std::function<void(const EpochStats&)>& on_epoch = {});
+// on_epoch is called (on the calling thread's behalf, from rank 0) after each epoch, with the
+// result so far: its run-level fields (allreduce_resolved, shared_gpu, device_names) are set, and
+// epochs ends with this one. A caller can so write each epoch's results as it finishes.
+using EpochCallback = std::function<void(const EpochStats&, const TrainResult& so_far)>;
+TrainResult train(const TrainConfig& cfg, const Dataset& data, const EpochCallback& on_epoch = {});
 
 }  // namespace dpb
