@@ -1,7 +1,7 @@
 # sanitize.cmake (included by CMakeLists.txt before any target): -DDPB_SANITIZE=LIST builds every
 # C++ target with those sanitizers, e.g. address,undefined (ASan + UBSan + LeakSanitizer) or thread.
 # CUDA sources are not instrumented. scripts/sanitize.sh configures these builds for CI.
-set(DPB_SANITIZE "" CACHE STRING "Sanitizers for every C++ target: address,undefined | thread | (none)")
+set(DPB_SANITIZE "" CACHE STRING "Sanitizers for every C++ target: address,undefined | thread")
 if(DPB_SANITIZE)
   if(DPB_SANITIZE MATCHES "thread" AND DPB_SANITIZE MATCHES "address")
     message(FATAL_ERROR "DPB_SANITIZE=${DPB_SANITIZE}: ThreadSanitizer cannot be combined with "

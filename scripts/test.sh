@@ -12,4 +12,11 @@ if [ -x scripts/regression_smoke.sh ]; then
   echo "== regression check"
   scripts/regression_smoke.sh "$BUILD"
 fi
+# ---- sanitizers and fuzzing (issue 16; scripts/sanitize.sh): ASan+UBSan ctest, TSan on the
+# concurrency tests, 60 s of libFuzzer on the IDX reader. DPB_SANITIZE_CI=0 skips them locally.
+if [ "${DPB_SANITIZE_CI:-1}" != 0 ]; then
+  echo "== sanitizers and fuzzing"
+  scripts/sanitize.sh
+fi
+# ---- end of sanitizers and fuzzing
 echo "test.sh: all checks passed"
