@@ -77,7 +77,7 @@ std::vector<uint8_t> read_payload(ByteStream& in, uint64_t expected, int header_
   return out;
 }
 
-// Reads the 4-byte magic number; `n` more header bytes follow it.
+// Reads the 4-byte magic number that starts the content and checks it is `want`.
 uint32_t read_magic(ByteStream& in, uint32_t want, const char* kind) {
   uint8_t m[4];
   const size_t got = in.read(m, 4);
