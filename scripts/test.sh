@@ -16,4 +16,11 @@ fi
 # (planted regressions); the quick mode ran in regression_smoke.sh above (issue 10)
 echo "== run_all modes"
 scripts/run_all_modes_test.sh "$BUILD"
+# ---- sanitizers and fuzzing (issue 16; scripts/sanitize.sh): ASan+UBSan ctest, TSan on the
+# concurrency tests, 60 s of libFuzzer on the IDX reader. DPB_SANITIZE_CI=0 skips them locally.
+if [ "${DPB_SANITIZE_CI:-1}" != 0 ]; then
+  echo "== sanitizers and fuzzing"
+  scripts/sanitize.sh
+fi
+# ---- end of sanitizers and fuzzing
 echo "test.sh: all checks passed"

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "collectives/registry.h"
 #include "src/core/backends.h"
@@ -54,6 +55,10 @@ std::string pick_backend(const std::string& b) {
 int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_limit,
               int test_limit, const std::string& csv, const std::string& dump, bool quiet) {
   TrainConfig cfg = cfg_in;
+  // Output paths are checked before any work: a bad --csv must not cost a training run.
+  std::optional<CsvAppender> csv_out;
+  if (!csv.empty()) csv_out.emplace(csv, train_csv_header());
+  if (!dump.empty()) check_output_path(dump);
   cfg.backend = pick_backend(cfg.backend);
   Dataset data = load_fashion_mnist(resolve_data_dir(data_dir), train_limit, test_limit);
   validate(cfg, data);
@@ -67,22 +72,19 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
                 cfg.sync.overlap ? "on" : "off", cfg.link.label().c_str(), data.train.n,
                 data.test.n, data.dir.c_str());
   std::fflush(stdout);
-  bool shared = false;
-  TrainResult res = train(cfg, data, [&](const EpochStats& s) {
+  TrainResult res = train(cfg, data, [&](const EpochStats& s, const TrainResult& so_far) {
     if (!quiet)
       std::printf("epoch %2d  loss %.4f  train acc %.4f  test acc %.4f  %.2f s  %.0f img/s  "
                   "comm %.3f s  exposed %.3f s  in sync %s\n",
                   s.epoch, s.train_loss, s.train_acc, s.test_acc, s.epoch_s, s.images_per_s,
                   s.comm_s, s.exposed_comm_s, s.replicas_in_sync ? "yes" : "NO");
     std::fflush(stdout);
+    // A row per finished epoch (the file replaced atomically), so an interrupted run keeps them.
+    if (csv_out)
+      csv_out->append(
+          {train_csv_row({cfg, data.train.n, data.test.n, quick, so_far.shared_gpu,
+                          so_far.allreduce_resolved}, s)});
   });
-  shared = res.shared_gpu;
-  if (!csv.empty()) {
-    std::vector<std::string> rows;
-    const TrainCsvRun run{cfg, data.train.n, data.test.n, quick, shared, res.allreduce_resolved};
-    for (const auto& s : res.epochs) rows.push_back(train_csv_row(run, s));
-    append_csv_rows(csv, train_csv_header(), rows);
-  }
   if (!dump.empty()) {
     std::string bytes(reinterpret_cast<const char*>(res.final_params.data()),
                       res.final_params.size() * sizeof(float));
@@ -174,7 +176,8 @@ int main(int argc, char** argv) {
   tr->add_option("--data-dir", data_dir,
                  "Fashion-MNIST IDX directory (default: $DPBENCH_DATA, else "
                  "/usr/share/datasets/fashion-mnist)");
-  tr->add_option("--csv", csv, "append one row per epoch to this CSV (header written once)");
+  tr->add_option("--csv", csv,
+                 "append one row per epoch to this CSV as each epoch ends (header written once)");
   tr->add_option("--dump-params", dump,
                  "write replica 0's final parameters as raw little-endian float32, model order");
   tr->add_flag("--quiet", quiet, "no per-epoch lines on stdout");

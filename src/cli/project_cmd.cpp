@@ -1,7 +1,7 @@
 // project_cmd.cpp: `dpbench project`: predicted epoch time of k devices on a link, from a profile
 // of one device (measured here in a few steps, or read with --profile from a file written by
 // --profile-out, e.g. on a GPU machine).
-//   dpbench project --model resnet18 --devices 4 --grad-sync bucketed --overlap on \
+//   dpbench project --model resnet18 --devices 4 --grad-sync bucketed --overlap on
 //                   --link-gbps 100 --link-latency-us 5
 #include "src/cli/project_cmd.h"
 

@@ -1,16 +1,40 @@
-// files.h: result files are never left half-written: write a temporary file beside the target,
-// then rename it into place (atomic on POSIX).
+// files.h: result files are never left half-written: each write goes to a temporary file beside
+// the target, then is renamed into place (atomic on POSIX). Output paths are checked before any
+// work, so a bad --csv is refused at start-up rather than after a long run, and every message names
+// the path as the user gave it.
+//
+// A symbolic link is followed: its target is replaced and the link stays. A read-only file is
+// refused (judged by its mode bits too, so root is not let through), as is a directory, any other
+// non-regular file, a missing directory, or one where no file can be created. A replaced file keeps
+// its permission bits.
 #pragma once
 #include <string>
 #include <vector>
 
 namespace dpb {
 
+// Throws dpb::Error unless `path` can be written as described above. Creates and removes a probe
+// file in the target's directory.
+void check_output_path(const std::string& path);
+
 void write_file_atomic(const std::string& path, const std::string& contents);
 std::string read_file(const std::string& path);  // "" when it does not exist
 
-// Appends rows to a CSV with one header line. When the file exists its header must equal
-// `header` (otherwise an error names the file). The whole file is rewritten atomically.
+// A CSV with one header line, appended to as results arrive (e.g. once per epoch, so that an
+// interrupted run keeps its finished rows); each append rewrites the whole file atomically, taking
+// the file's current content as the base. The header and rows are preformatted lines without '\n'.
+class CsvAppender {
+ public:
+  // Checks the path (check_output_path) and, when the file exists, that its header is `header`.
+  CsvAppender(std::string path, std::string header);
+  void append(const std::vector<std::string>& rows);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, header_;
+};
+
+// One-shot form: CsvAppender(path, header).append(rows).
 void append_csv_rows(const std::string& path, const std::string& header,
                      const std::vector<std::string>& rows);
 

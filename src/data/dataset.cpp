@@ -35,8 +35,8 @@ std::string resolve_data_dir(const std::string& cli_dir) {
 }
 
 Split read_idx_pair(const std::string& images_path, const std::string& labels_path) {
-  IdxImages im = parse_idx_images(read_file_bytes(images_path), images_path);
-  std::vector<uint8_t> labels = parse_idx_labels(read_file_bytes(labels_path), labels_path);
+  IdxImages im = read_idx_images(images_path);
+  std::vector<uint8_t> labels = read_idx_labels(labels_path);
   DPB_CHECK(size_t(im.n) == labels.size(),
             "image/label count mismatch: " << images_path << " has " << im.n << " images but "
                                            << labels_path << " has " << labels.size()

@@ -1,18 +1,14 @@
-// idx.cpp: whole-file reads, in-memory gunzip (zlib inflate) and IDX header/payload validation.
+// idx.cpp: IDX header/payload validation over a ByteStream, and the data directory lookups.
 // See idx.h. Everything here runs once at start-up; the 60k+10k Fashion-MNIST set takes ~0.2 s,
 // nearly all of it inflate.
 #include "src/data/idx.h"
 
-#include <zlib.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <climits>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <iomanip>
-#include <memory>
+#include <new>
+#include <sstream>
 
 #include "src/core/check.h"
 
@@ -36,83 +32,6 @@ std::string strip_trailing_slashes(std::string s) {
   return s;
 }
 
-// The file's bytes as stored (no decompression).
-std::vector<uint8_t> read_stored(const std::string& path) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  DPB_CHECK(st.type() != fs::file_type::not_found, path << ": file does not exist");
-  DPB_CHECK(!ec, path << ": cannot access file: " << ec.message());
-  DPB_CHECK(st.type() != fs::file_type::directory, path << ": is a directory, expected a file");
-
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  DPB_CHECK(f, path << ": cannot open file for reading: " << std::strerror(errno));
-  std::vector<uint8_t> buf;
-  if (st.type() == fs::file_type::regular) {
-    const uintmax_t size = fs::file_size(path, ec);
-    if (!ec) buf.resize(size_t(size) + 1);  // +1 so a full buffer means "maybe more": keep reading
-  }
-  if (buf.empty()) buf.resize(1 << 16);
-  size_t got = 0;
-  for (;;) {
-    got += std::fread(buf.data() + got, 1, buf.size() - got, f.get());
-    DPB_CHECK(!std::ferror(f.get()), path << ": read error: " << std::strerror(errno));
-    if (got < buf.size()) break;  // short read without error: end of file
-    buf.resize(buf.size() * 2);
-  }
-  buf.resize(got);
-  return buf;
-}
-
-// Inflates a gzip file held in memory. Concatenated members are decoded in turn (as gunzip does);
-// other bytes after the last member are an error.
-std::vector<uint8_t> gunzip(const std::vector<uint8_t>& in, const std::string& path) {
-  z_stream zs{};
-  DPB_CHECK(inflateInit2(&zs, 15 + 16) == Z_OK, path << ": zlib inflateInit2 failed");  // gzip only
-  struct Ender {
-    z_stream* z;
-    ~Ender() { inflateEnd(z); }
-  } ender{&zs};
-
-  // The trailer's ISIZE (uncompressed size mod 2^32, last member only) is a good first guess;
-  // capped at deflate's maximum ratio so a damaged trailer cannot ask for absurd memory.
-  size_t hint = in.size() >= 4 ? size_t(in[in.size() - 4]) | size_t(in[in.size() - 3]) << 8 |
-                                     size_t(in[in.size() - 2]) << 16 | size_t(in[in.size() - 1]) << 24
-                               : 0;
-  hint = std::min(hint, in.size() * 1032 + 1024);
-  std::vector<uint8_t> out(std::max<size_t>(hint, 4096));
-
-  constexpr size_t kChunk = size_t(1) << 30;  // avail_in / avail_out are 32-bit
-  size_t in_pos = 0, out_pos = 0;
-  for (;;) {
-    if (out_pos == out.size()) out.resize(out.size() * 2);
-    zs.next_in = const_cast<Bytef*>(in.data() + in_pos);
-    zs.avail_in = uInt(std::min(in.size() - in_pos, kChunk));
-    zs.next_out = out.data() + out_pos;
-    zs.avail_out = uInt(std::min(out.size() - out_pos, kChunk));
-    const uInt avail_in = zs.avail_in, avail_out = zs.avail_out;
-    const int rc = inflate(&zs, Z_NO_FLUSH);
-    in_pos += avail_in - zs.avail_in;
-    out_pos += avail_out - zs.avail_out;
-    if (rc == Z_OK) continue;
-    if (rc == Z_STREAM_END) {
-      if (in_pos == in.size()) break;
-      const bool next_member = in.size() - in_pos >= 2 && in[in_pos] == 0x1f && in[in_pos + 1] == 0x8b;
-      DPB_CHECK(next_member, path << ": trailing bytes after the gzip stream ("
-                                  << in.size() - in_pos << " bytes at offset " << in_pos << ")");
-      inflateReset(&zs);
-      continue;
-    }
-    if (rc == Z_BUF_ERROR && in_pos < in.size()) continue;  // output full: grown at the loop top
-    DPB_CHECK(rc != Z_BUF_ERROR, path << ": corrupt gzip stream: truncated (input ended after "
-                                      << in.size() << " compressed bytes, before the end of the "
-                                      << "stream)");
-    DPB_CHECK(false, path << ": corrupt gzip stream: " << (zs.msg ? zs.msg : "inflate error")
-                          << " (zlib code " << rc << ", near compressed byte " << in_pos << ")");
-  }
-  out.resize(out_pos);
-  return out;
-}
-
 // Explains a wrong magic number when the cause is recognisable.
 std::string magic_hint(uint32_t magic, uint32_t want) {
   const uint32_t swapped = (magic >> 24) | ((magic >> 8) & 0xff00) | ((magic << 8) & 0xff0000) |
@@ -124,77 +43,133 @@ std::string magic_hint(uint32_t magic, uint32_t want) {
   return "";
 }
 
-}  // namespace
-
-std::vector<uint8_t> read_file_bytes(const std::string& path) {
-  std::vector<uint8_t> bytes = read_stored(path);
-  DPB_CHECK(!bytes.empty(), path << ": file is empty (0 bytes)");
-  if (bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b) {
-    bytes = gunzip(bytes, path);
-    DPB_CHECK(!bytes.empty(), path << ": file is empty (0 bytes after gzip decompression)");
+// Reads the `expected` payload bytes after the header. The buffer starts at most at 64 MiB (and at
+// what the input can still hold) and doubles only as bytes arrive, so a header claiming more than
+// the file holds costs at most twice what is really there. Then the content must end.
+std::vector<uint8_t> read_payload(ByteStream& in, uint64_t expected, int header_bytes,
+                                  const std::string& what) {
+  constexpr uint64_t kFirst = uint64_t(64) << 20, kExtraShown = uint64_t(1) << 20;
+  const std::string& path = in.name();
+  std::vector<uint8_t> out;
+  uint64_t got = 0;
+  try {
+    out.resize(size_t(std::min({expected, in.max_remaining(), kFirst})));
+    while (got < expected) {
+      if (got == out.size())
+        out.resize(size_t(std::min<uint64_t>(expected, std::max<uint64_t>(got * 2, 1 << 16))));
+      const size_t want = size_t(out.size() - got);
+      const size_t n = in.read(out.data() + got, want);
+      got += n;
+      if (n < want) break;
+    }
+  } catch (const std::bad_alloc&) {
+    DPB_CHECK(false, path << ": out of memory after " << got << " of the " << expected
+                          << " payload bytes the header describes (" << what << ")");
   }
-  return bytes;
+  DPB_CHECK(got == expected, path << ": truncated payload: the header says " << what
+                                  << ", expected " << expected << " bytes after the "
+                                  << header_bytes << "-byte header, actual " << got);
+  const uint64_t extra = in.skip(kExtraShown + 1);
+  DPB_CHECK(extra == 0, path << ": trailing data: " << (extra > kExtraShown ? "more than " : "")
+                             << std::min(extra, kExtraShown) << " extra bytes after the "
+                             << expected << " payload bytes the header describes (" << what
+                             << ")");
+  return out;
 }
 
-IdxImages parse_idx_images(std::vector<uint8_t>&& b, const std::string& path, int want_rows,
-                           int want_cols) {
-  DPB_CHECK(!b.empty(), path << ": file is empty (0 bytes)");
-  DPB_CHECK(b.size() >= 4, path << ": too short for an IDX header (" << b.size() << " bytes)");
-  const uint32_t magic = be32(b.data());
-  DPB_CHECK(magic == kIdxImagesMagic,
-            path << ": bad magic number " << hex32(magic) << ", expected " << hex32(kIdxImagesMagic)
-                 << " (IDX images: unsigned bytes, 3 dimensions)"
-                 << magic_hint(magic, kIdxImagesMagic));
-  DPB_CHECK(b.size() >= 16, path << ": truncated IDX images header: " << b.size()
-                                 << " bytes, expected 16");
-  const uint32_t n = be32(b.data() + 4), rows = be32(b.data() + 8), cols = be32(b.data() + 12);
+// Reads the 4-byte magic number that starts the content and checks it is `want`.
+uint32_t read_magic(ByteStream& in, uint32_t want, const char* kind) {
+  uint8_t m[4];
+  const size_t got = in.read(m, 4);
+  DPB_CHECK(got > 0, in.name() << ": file is empty (0 bytes"
+                               << (in.gzip() ? " after gzip decompression)" : ")"));
+  DPB_CHECK(got == 4, in.name() << ": too short for an IDX header (" << got << " bytes)");
+  const uint32_t magic = be32(m);
+  DPB_CHECK(magic == want, in.name() << ": bad magic number " << hex32(magic) << ", expected "
+                                     << hex32(want) << " (" << kind << ")"
+                                     << magic_hint(magic, want));
+  return magic;
+}
+
+// Runs `read` and turns an allocation failure anywhere in it into an error naming the file.
+template <class F>
+auto naming_alloc_failure(const std::string& path, F&& read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const std::bad_alloc&) {
+    DPB_CHECK(false, path << ": out of memory while reading this file");
+  }
+}
+
+}  // namespace
+
+IdxImages parse_idx_images(ByteStream& in, int want_rows, int want_cols) {
+  const std::string& path = in.name();
+  read_magic(in, kIdxImagesMagic, "IDX images: unsigned bytes, 3 dimensions");
+  uint8_t h[12];
+  const size_t got = in.read(h, 12);
+  DPB_CHECK(got == 12, path << ": truncated IDX images header: " << 4 + got
+                            << " bytes, expected 16");
+  const uint32_t n = be32(h), rows = be32(h + 4), cols = be32(h + 8);
   DPB_CHECK(rows == uint32_t(want_rows) && cols == uint32_t(want_cols),
             path << ": wrong image dimensions " << rows << "x" << cols << ", expected "
                  << want_rows << "x" << want_cols);
   DPB_CHECK(n <= uint32_t(INT_MAX), path << ": image count " << n << " is too large");
-  const uint64_t expected = uint64_t(n) * rows * cols, actual = b.size() - 16;
-  DPB_CHECK(actual >= expected, path << ": truncated payload: the header says " << n << " images of "
-                                     << rows << "x" << cols << ", expected " << expected
-                                     << " bytes after the 16-byte header, actual " << actual);
-  DPB_CHECK(actual == expected, path << ": trailing data: " << actual - expected
-                                     << " extra bytes after the " << expected << " payload bytes "
-                                     << "the header describes (" << n << " images of " << rows
-                                     << "x" << cols << ")");
-  b.erase(b.begin(), b.begin() + 16);  // one memmove; the payload keeps the buffer
+  std::ostringstream what;
+  what << n << " images of " << rows << "x" << cols;
   IdxImages im;
+  im.pixels = read_payload(in, uint64_t(n) * rows * cols, 16, what.str());
   im.n = int(n);
   im.rows = int(rows);
   im.cols = int(cols);
-  im.pixels = std::move(b);
   return im;
 }
 
-std::vector<uint8_t> parse_idx_labels(std::vector<uint8_t>&& b, const std::string& path,
-                                      int num_classes) {
-  DPB_CHECK(!b.empty(), path << ": file is empty (0 bytes)");
-  DPB_CHECK(b.size() >= 4, path << ": too short for an IDX header (" << b.size() << " bytes)");
-  const uint32_t magic = be32(b.data());
-  DPB_CHECK(magic == kIdxLabelsMagic,
-            path << ": bad magic number " << hex32(magic) << ", expected " << hex32(kIdxLabelsMagic)
-                 << " (IDX labels: unsigned bytes, 1 dimension)"
-                 << magic_hint(magic, kIdxLabelsMagic));
-  DPB_CHECK(b.size() >= 8, path << ": truncated IDX labels header: " << b.size()
-                                << " bytes, expected 8");
-  const uint32_t n = be32(b.data() + 4);
+std::vector<uint8_t> parse_idx_labels(ByteStream& in, int num_classes) {
+  const std::string& path = in.name();
+  read_magic(in, kIdxLabelsMagic, "IDX labels: unsigned bytes, 1 dimension");
+  uint8_t h[4];
+  const size_t got = in.read(h, 4);
+  DPB_CHECK(got == 4, path << ": truncated IDX labels header: " << 4 + got << " bytes, expected 8");
+  const uint32_t n = be32(h);
   DPB_CHECK(n <= uint32_t(INT_MAX), path << ": label count " << n << " is too large");
-  const uint64_t expected = n, actual = b.size() - 8;
-  DPB_CHECK(actual >= expected, path << ": truncated payload: the header says " << n
-                                     << " labels, expected " << expected
-                                     << " bytes after the 8-byte header, actual " << actual);
-  DPB_CHECK(actual == expected, path << ": trailing data: " << actual - expected
-                                     << " extra bytes after the " << expected << " labels the "
-                                     << "header describes");
-  b.erase(b.begin(), b.begin() + 8);
+  std::vector<uint8_t> b = read_payload(in, n, 8, std::to_string(n) + " labels");
   const auto bad = std::find_if(b.begin(), b.end(), [&](uint8_t v) { return v >= num_classes; });
   DPB_CHECK(bad == b.end(), path << ": label out of range: label " << int(*bad) << " at index "
                                  << (bad - b.begin()) << " is outside [0, " << num_classes - 1
                                  << "]");
-  return std::move(b);
+  return b;
+}
+
+IdxImages read_idx_images(const std::string& path, int want_rows, int want_cols) {
+  return naming_alloc_failure(path, [&] {
+    ByteStream in(path);
+    return parse_idx_images(in, want_rows, want_cols);
+  });
+}
+
+std::vector<uint8_t> read_idx_labels(const std::string& path, int num_classes) {
+  return naming_alloc_failure(path, [&] {
+    ByteStream in(path);
+    return parse_idx_labels(in, num_classes);
+  });
+}
+
+std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t max_bytes) {
+  return naming_alloc_failure(path, [&] {
+    ByteStream in(path);
+    std::vector<uint8_t> out;
+    size_t got = 0;
+    for (;;) {
+      out.resize(std::max<size_t>(out.size() * 2, 1 << 16));
+      got += in.read(out.data() + got, out.size() - got);
+      if (got < out.size()) break;
+      DPB_CHECK(got <= max_bytes, path << ": more than " << max_bytes << " bytes of content");
+    }
+    DPB_CHECK(got <= max_bytes, path << ": more than " << max_bytes << " bytes of content");
+    out.resize(got);
+    return out;
+  });
 }
 
 void check_data_dir(const std::string& dir, const std::string& default_dir) {

@@ -1,13 +1,17 @@
-// idx.h: the pieces under dataset.h, exposed so tests can reach each check on its own.
+// idx.h: the IDX (MNIST format) reader under dataset.h, exposed so tests and the fuzzer
+// (fuzz/idx_fuzz.cpp) can reach each check on its own.
 //
-// read_file_bytes reads a whole file into memory and, when it starts with the gzip magic bytes
-// (1f 8b), inflates it with zlib (concatenated gzip members are accepted; anything else after the
-// stream is an error). parse_idx_images / parse_idx_labels validate an in-memory IDX buffer
-// (big-endian header) and return its payload. Every error is a dpb::Error naming `path`.
+// read_idx_images / read_idx_labels stream a file (gzip or raw, see byte_stream.h): they read and
+// validate the big-endian header, then exactly the payload it describes. Memory grows with the
+// bytes that really arrive, up to the header's size, so a damaged size field (in the gzip trailer
+// or the IDX header) cannot make the reader allocate more than the file holds. Every error,
+// allocation failure included, is a dpb::Error naming the file.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "src/data/byte_stream.h"
 
 namespace dpb {
 
@@ -15,22 +19,22 @@ inline constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnis
 inline constexpr uint32_t kIdxImagesMagic = 0x00000803;  // unsigned byte, 3 dimensions
 inline constexpr uint32_t kIdxLabelsMagic = 0x00000801;  // unsigned byte, 1 dimension
 
-// The whole file, decompressed if gzip. Errors: missing, a directory, unreadable, empty, corrupt or
-// truncated gzip stream, trailing bytes after the gzip stream.
-std::vector<uint8_t> read_file_bytes(const std::string& path);
-
 struct IdxImages {
   int n = 0, rows = 0, cols = 0;
   std::vector<uint8_t> pixels;  // n * rows * cols
 };
 
-// `bytes` is the (decompressed) content of `path`; `path` is only used in messages. The payload is
-// moved out of `bytes`. Requires rows x cols == want_rows x want_cols and an exact payload length.
-IdxImages parse_idx_images(std::vector<uint8_t>&& bytes, const std::string& path,
-                           int want_rows = 28, int want_cols = 28);
+// Requires rows x cols == want_rows x want_cols and exactly the payload the header describes.
+IdxImages read_idx_images(const std::string& path, int want_rows = 28, int want_cols = 28);
 // Labels payload; also checks every label is in [0, num_classes - 1].
-std::vector<uint8_t> parse_idx_labels(std::vector<uint8_t>&& bytes, const std::string& path,
-                                      int num_classes = 10);
+std::vector<uint8_t> read_idx_labels(const std::string& path, int num_classes = 10);
+
+// The same checks on an open stream (a file, or stored bytes in memory).
+IdxImages parse_idx_images(ByteStream& in, int want_rows = 28, int want_cols = 28);
+std::vector<uint8_t> parse_idx_labels(ByteStream& in, int num_classes = 10);
+
+// The whole content of `path`, decompressed if gzip; an error if it exceeds max_bytes.
+std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t max_bytes);
 
 // Throws unless `dir` is an existing directory. A missing `default_dir` gets the install hint.
 void check_data_dir(const std::string& dir, const std::string& default_dir = kDefaultDataDir);

@@ -38,7 +38,7 @@ double lr_at(const TrainConfig& cfg, double epoch_progress) {
 class Run {
  public:
   Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_dev,
-      const std::function<void(const EpochStats&)>& on_epoch);
+      const EpochCallback& on_epoch);
   TrainResult go();
 
  private:
@@ -50,7 +50,7 @@ class Run {
 
   const TrainConfig& cfg_;
   const Dataset& data_;
-  const std::function<void(const EpochStats&)>& on_epoch_;
+  const EpochCallback& on_epoch_;
   const int k_, steps_;
   RankSet ranks_;
   std::vector<Replica> reps_;
@@ -73,7 +73,7 @@ std::vector<std::unique_ptr<Device>> Run::devices(const TrainConfig& cfg,
 
 // Sets up every rank before any work, so configuration and memory errors surface here.
 Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_dev,
-         const std::function<void(const EpochStats&)>& on_epoch)
+         const EpochCallback& on_epoch)
     : cfg_(cfg), data_(data), on_epoch_(on_epoch), k_(cfg.devices),
       steps_((data.train.n + cfg.batch - 1) / cfg.batch),
       ranks_(devices(cfg, make_dev), cfg.allreduce, AllReduceOptions{cfg.tune_file}),
@@ -144,7 +144,7 @@ void Run::report_epoch(int e, double epoch_s, double lr) {
   st.lr_end = lr;
   st.test_acc = evaluate(reps_[0], data_.test);
   result_.epochs.push_back(st);
-  if (on_epoch_) on_epoch_(st);
+  if (on_epoch_) on_epoch_(st, result_);
 }
 
 }  // namespace
@@ -179,7 +179,7 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
 }
 
 TrainResult train(const TrainConfig& cfg, const Dataset& data,
-                  const std::function<void(const EpochStats&)>& on_epoch,
+                  const EpochCallback& on_epoch,
                   const DeviceFactory& make_dev) {
   validate(cfg, data);
   return Run(cfg, data, make_dev, on_epoch).go();

@@ -65,10 +65,12 @@ void validate(const TrainConfig& cfg, const Dataset& data);
 // devices (make_devices); tests pass one to wrap them (e.g. to inject a failure).
 using DeviceFactory = std::function<std::unique_ptr<Device>(int rank, int threads)>;
 
-// on_epoch is called (on the calling thread's behalf, from rank 0) after each epoch. When a rank
-// fails, every rank is stopped and the first error is rethrown.
-TrainResult train(const TrainConfig& cfg, const Dataset& data,
-                  const std::function<void(const EpochStats&)>& on_epoch = {},
+// on_epoch is called (on the calling thread's behalf, from rank 0) after each epoch, with the
+// result so far: its run-level fields (allreduce_resolved, shared_gpu, device_names) are set, and
+// epochs ends with this one. A caller can so write each epoch's results as it finishes. When a
+// rank fails, every rank is stopped and the first error is rethrown.
+using EpochCallback = std::function<void(const EpochStats&, const TrainResult& so_far)>;
+TrainResult train(const TrainConfig& cfg, const Dataset& data, const EpochCallback& on_epoch = {},
                   const DeviceFactory& make_dev = {});
 
 }  // namespace dpb
