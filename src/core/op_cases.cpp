@@ -1,0 +1,147 @@
+// op_cases.cpp: the op-case harness: backends to run on, the comparison with the CPU reference,
+// and case labels. The cases themselves are in op_table.cpp.
+#include "src/core/op_cases.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <sstream>
+
+#include "src/core/check.h"
+#ifdef DPB_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#endif
+
+namespace dpb {
+
+std::string OpCase::flag_names() const {
+  static const std::pair<unsigned, const char*> kNames[] = {
+      {kInPlace, "in-place"}, {kNullDx, "null-dx"}, {kTf32, "tf32"}, {kUnaligned, "unaligned"}};
+  std::string s;
+  for (auto [bit, name] : kNames) {
+    if (!(flags & bit)) continue;
+    if (!s.empty()) s += ' ';
+    s += name;
+  }
+  return s;
+}
+
+std::string OpCase::label() const {
+  const std::string f = flag_names();
+  return op + " " + shape + (f.empty() ? "" : " [" + f + "]");
+}
+
+std::string OpCase::id() const {
+  std::string s = op + "_" + shape + "_" + flag_names();
+  std::string out;
+  for (char ch : s) {
+    const bool alnum = std::isalnum(static_cast<unsigned char>(ch));
+    if (alnum) out += ch;
+    else if (!out.empty() && out.back() != '_') out += '_';
+  }
+  while (!out.empty() && out.back() == '_') out.pop_back();
+  return out;
+}
+
+// ---- backends: adding one is one entry here ----
+
+std::vector<OpBackend> op_backends() {
+  std::vector<OpBackend> b;
+  b.push_back({"cpu", "CPU backend, 2 threads", [] { return std::string(); },
+               [](bool) { return make_cpu_device(0, 2); }});
+#ifdef DPB_HAVE_CUDA
+  const int ngpu = cuda_device_count();
+  for (int g = 0; g < ngpu; ++g)
+    b.push_back({"cuda" + std::to_string(g), "CUDA GPU " + std::to_string(g),
+                 [] { return std::string(); },
+                 [g](bool tf32) { return make_cuda_device(0, g, tf32); }});
+  if (ngpu == 0)
+    b.push_back({"cuda", "CUDA backend (no GPU)",
+                 [] { return "no CUDA GPU: " + cuda_unavailable_reason(); },
+                 [](bool tf32) { return make_cuda_device(0, 0, tf32); }});
+#endif
+  return b;
+}
+
+std::unique_ptr<Device> make_reference_device() { return make_cpu_device(0, 1); }
+
+// ---- comparison ----
+
+namespace {
+
+OutputCheck compare_one(const OpOutput& got, const OpOutput& ref) {
+  OutputCheck c;
+  c.name = ref.name;
+  c.n = ref.v.size();
+  if (got.v.size() != ref.v.size()) {
+    c.bad = std::max<size_t>(1, ref.v.size());
+    c.first = "  size " + std::to_string(got.v.size()) + ", reference " +
+              std::to_string(ref.v.size()) + "\n";
+    return c;
+  }
+  float max_ref = 0;
+  for (float r : ref.v) max_ref = std::max(max_ref, std::fabs(r));
+  const double atol = double(ref.tol.atol) + double(ref.tol.of_max) * max_ref;
+  std::ostringstream first;
+  first.precision(9);
+  for (size_t i = 0; i < ref.v.size(); ++i) {
+    const double err = std::fabs(double(got.v[i]) - double(ref.v[i]));
+    if (!std::isnan(c.max_err) && !(err <= c.max_err)) c.max_err = err, c.worst = i;  // NaN: worst
+    if (!(err <= atol + ref.tol.rtol * std::fabs(double(ref.v[i]))) && c.bad++ < 5)
+      first << "  [" << i << "] got " << got.v[i] << " ref " << ref.v[i] << "\n";
+  }
+  c.first = first.str();
+  return c;
+}
+
+}  // namespace
+
+CaseResult compare_outputs(const std::vector<OpOutput>& got, const std::vector<OpOutput>& ref) {
+  CaseResult r;
+  r.ok = true;
+  if (got.size() != ref.size()) {
+    r.ok = false;
+    r.error = std::to_string(got.size()) + " outputs, reference has " + std::to_string(ref.size());
+    return r;
+  }
+  for (size_t i = 0; i < ref.size(); ++i) {
+    OutputCheck c = compare_one(got[i], ref[i]);
+    if (got[i].name != ref[i].name)
+      c.bad = std::max<size_t>(c.bad, 1), c.first += "  named " + got[i].name + "\n";
+    r.ok = r.ok && c.bad == 0;
+    r.outputs.push_back(std::move(c));
+  }
+  return r;
+}
+
+CaseResult check_case(const OpCase& c, Device& dev, const std::vector<OpOutput>& ref,
+                      const std::vector<HostVec>& inputs) {
+  std::vector<OpOutput> got;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    got = c.run(dev, inputs);
+  } catch (const std::exception& e) {
+    CaseResult r;
+    r.error = e.what();
+    return r;
+  }
+  CaseResult r = compare_outputs(got, ref);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::string CaseResult::report() const {
+  std::ostringstream o;
+  if (!error.empty()) o << "error: " << error << "\n";
+  for (const OutputCheck& c : outputs) {
+    if (c.bad == 0) continue;
+    o << c.name << ": " << c.bad << " of " << c.n << " outside tolerance; max error " << c.max_err
+      << " at [" << c.worst << "]\n"
+      << c.first;
+  }
+  return o.str();
+}
+
+}  // namespace dpb
