@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "src/core/check.h"
 #include "src/core/op_cases.h"
 
 namespace dpb {
@@ -37,7 +38,7 @@ TEST_P(Backend, MatchesCpuReference) {
   const std::vector<HostVec> in = c.inputs();
   auto ref_dev = make_reference_device();
   const std::vector<OpOutput> ref = c.run(*ref_dev, in);
-  auto dev = be.make(c.flags & kTf32);
+  auto dev = be.make(0, c.flags & kTf32);
   const CaseResult r = check_case(c, *dev, ref, in);
   EXPECT_TRUE(r.ok) << c.label() << " on " << dev->name() << " vs the CPU reference:\n"
                     << r.report();
@@ -80,6 +81,19 @@ TEST(OpTableShape, CompareReportsMismatches) {
   EXPECT_TRUE(compare_outputs(got, ref).ok);
   got[0].v[2] = std::nanf("");
   EXPECT_FALSE(compare_outputs(got, ref).ok) << "NaN must fail";
+}
+
+// An op that throws (as a CUDA error would) is reported as that case's error, not thrown on.
+TEST(OpTableShape, CheckCaseCatchesErrors) {
+  OpCase c;
+  c.op = "broken";
+  c.run = [](Device&, const std::vector<HostVec>&) -> std::vector<OpOutput> {
+    throw Error("cudaErrorIllegalAddress: an illegal memory access was encountered");
+  };
+  auto dev = make_reference_device();
+  const CaseResult r = check_case(c, *dev, {}, {});
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.report().find("error: cudaErrorIllegalAddress"), std::string::npos) << r.report();
 }
 
 }  // namespace

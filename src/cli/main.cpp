@@ -3,6 +3,7 @@
 //   dpbench info            # this machine and build: CPU, memory, OS, compiler, library versions,
 //                           # GPUs, commit, backends (src/core/machine_info.h)
 //   dpbench info --csv-columns  # the training CSV's columns (name, type, meaning) as JSON
+//   dpbench selftest        # every op and a 2-rank all-reduce per device vs the CPU reference
 // Every invalid argument is refused before any work starts, with a message naming it.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "collectives/registry.h"
 #include "src/core/backends.h"
+#include "src/cli/selftest.h"
 #include "src/core/check.h"
 #include "src/core/registry.h"
 #include "src/core/files.h"
@@ -174,6 +176,8 @@ int main(int argc, char** argv) {
   bool csv_columns = false;
   info->add_flag("--csv-columns", csv_columns,
                  "print the training CSV's columns instead (scripts/train_csv_columns.json)");
+  SelftestOptions selftest;
+  auto* selftest_cmd = add_selftest_command(app, selftest);
 
   try {
     app.parse(argc, argv);
@@ -186,6 +190,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (info->parsed()) return run_info();
+    if (selftest_cmd->parsed()) return run_selftest(selftest);
     cfg.backend = backend;
     cfg.sync.mode = parse_sync_mode(sync_mode);
     cfg.sync.overlap = overlap == "on";

@@ -50,17 +50,17 @@ std::string OpCase::id() const {
 std::vector<OpBackend> op_backends() {
   std::vector<OpBackend> b;
   b.push_back({"cpu", "CPU backend, 2 threads", [] { return std::string(); },
-               [](bool) { return make_cpu_device(0, 2); }});
+               [](int rank, bool) { return make_cpu_device(rank, 2); }});
 #ifdef DPB_HAVE_CUDA
   const int ngpu = cuda_device_count();
   for (int g = 0; g < ngpu; ++g)
     b.push_back({"cuda" + std::to_string(g), "CUDA GPU " + std::to_string(g),
                  [] { return std::string(); },
-                 [g](bool tf32) { return make_cuda_device(0, g, tf32); }});
+                 [g](int rank, bool tf32) { return make_cuda_device(rank, g, tf32); }});
   if (ngpu == 0)
     b.push_back({"cuda", "CUDA backend (no GPU)",
                  [] { return "no CUDA GPU: " + cuda_unavailable_reason(); },
-                 [](bool tf32) { return make_cuda_device(0, 0, tf32); }});
+                 [](int rank, bool tf32) { return make_cuda_device(rank, 0, tf32); }});
 #endif
   return b;
 }

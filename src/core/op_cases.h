@@ -62,12 +62,12 @@ struct OpCase {
 const std::vector<OpCase>& op_cases();
 
 // A backend that the cases run on. unavailable() is "" when a device can be made, else why not
-// (e.g. the CUDA error string); make(tf32) returns a fresh device (rank 0).
+// (e.g. the CUDA error string); make(rank, tf32) returns a fresh device for that rank.
 struct OpBackend {
   std::string name;  // "cpu", "cuda0", ...: letters and digits (used in test names)
   std::string description;
   std::function<std::string()> unavailable;
-  std::function<std::unique_ptr<Device>(bool tf32)> make;
+  std::function<std::unique_ptr<Device>(int rank, bool tf32)> make;
 };
 
 // Every backend built into this binary: the CPU backend (2 threads), then one entry per CUDA GPU
