@@ -135,7 +135,7 @@ void conv_grad_check(const ConvShape& s, bool with_dx) {
 TEST(CpuReference, ConvBackwardPadStride1) { conv_grad_check({2, 3, 7, 6, 4, 3, 3, 1, 1}, true); }
 TEST(CpuReference, ConvBackwardPadStride2) { conv_grad_check({2, 3, 8, 7, 5, 3, 3, 1, 2}, true); }
 TEST(CpuReference, ConvBackwardRectKernel) { conv_grad_check({2, 2, 6, 7, 3, 2, 3, 2, 2}, true); }
-TEST(CpuReference, ConvBackwardFirstLayerNoDx) { conv_grad_check({2, 1, 10, 10, 6, 3, 3, 0, 1}, false); }
+TEST(CpuReference, ConvBackwardNoDx) { conv_grad_check({2, 1, 10, 10, 6, 3, 3, 0, 1}, false); }
 
 // Forward and backward against the double reference, including channel-blocked layouts (c, k >=
 // 16), stride 2, 1x1 projections, a rectangular kernel, a repeated (cached) shape, and weights and
@@ -434,7 +434,7 @@ TEST(CpuReference, AllocIsZeroFilledAndAligned) {
     Buffer b(*t.dev, n, "test");
     ASSERT_NE(b.get(), nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(b.get()) % 64, 0u);
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(b.get()[i], 0.0f) << i;  // the table compares with this
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(b.get()[i], 0.0f) << i;  // the op table relies on it
   }
   try {
     t.dev->alloc(size_t(1) << 60, "huge_activations");

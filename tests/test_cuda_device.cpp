@@ -97,7 +97,8 @@ TEST(CudaDevice, StreamOrdering) {
     d->axpy(1.f, x.get(), y.get(), n);  // y = 3 (1 + rep)
     Vec got(n);
     d->download(got.data(), y.get(), n);
-    size_t bad = std::count_if(got.begin(), got.end(), [&](float v) { return v != 3.f * (1 + rep); });
+    const float want = 3.f * (1 + rep);
+    size_t bad = std::count_if(got.begin(), got.end(), [&](float v) { return v != want; });
     EXPECT_EQ(bad, 0u) << "rep " << rep << ": got[0] " << got[0] << " got[n-1] " << got[n - 1];
   }
 }

@@ -263,7 +263,8 @@ int run_selftest(const SelftestOptions& opt) {
     for (const Check& c : rep.checks())
       j["checks"].push_back({{"backend", c.backend}, {"device", c.device}, {"op", c.op},
                              {"case", c.what}, {"status", c.status}, {"max_error", c.max_err},
-                             {"seconds", c.seconds}, {"detail", c.status == "pass" ? "" : c.detail}});
+                             {"seconds", c.seconds},
+                             {"detail", c.status == "pass" ? "" : c.detail}});
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("\n%d passed, %d failed, %d skipped%s\n", pass, fail, skip,
