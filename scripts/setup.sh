@@ -6,9 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(build-essential cmake ninja-build pkg-config git zlib1g-dev libdnnl-dev ocl-icd-opencl-dev libbenchmark-dev
+PKGS=(build-essential cmake ninja-build git zlib1g-dev libdnnl-dev ocl-icd-opencl-dev libbenchmark-dev
       libbenchmark-tools libgtest-dev libcli11-dev nlohmann-json3-dev dataset-fashion-mnist
-      python3 python3-matplotlib python3-pandas python3-numpy python3-scipy openmpi-bin libopenmpi-dev)
+      python3 python3-matplotlib openmpi-bin libopenmpi-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do
