@@ -3,7 +3,7 @@
 // of_max * max|ref| + rtol * |ref|; a failure prints each failing output's first mismatches and
 // max error. Backends without a device (CUDA built, no GPU) skip with the reason.
 // Test names: OpTable/Backend.MatchesCpuReference/<backend>__<op>_<shape>_<flags>, e.g.
-//   ./build/dpb_tests --gtest_filter='OpTable/*cuda0__conv2d*'
+//   ./build/dpb_tests --gtest_filter='OpTable/*cuda__conv2d*'
 // The CPU reference itself is checked in test_cpu_reference.cpp (naive loops, finite differences).
 #include <gtest/gtest.h>
 

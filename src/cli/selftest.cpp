@@ -254,7 +254,7 @@ int run_selftest(const SelftestOptions& opt) {
   }
 #ifdef DPB_HAVE_CUDA
   if (ngpu >= 2)  // ranks on GPUs 0 and 1: peer access or staging between GPUs, NCCL across GPUs
-    allreduce_checks("cuda0+1", [](int r) { return make_cuda_device(r, r, false); }, rep);
+    allreduce_checks("cuda+1", [](int r) { return make_cuda_device(r, r, false); }, rep);
 #endif
   const int pass = rep.count("pass"), fail = rep.count("FAIL"), skip = rep.count("skip");
   if (opt.json) {

@@ -64,14 +64,14 @@ const std::vector<OpCase>& op_cases();
 // A backend that the cases run on. unavailable() is "" when a device can be made, else why not
 // (e.g. the CUDA error string); make(rank, tf32) returns a fresh device for that rank.
 struct OpBackend {
-  std::string name;  // "cpu", "cuda0", ...: letters and digits (used in test names)
+  std::string name;  // "cpu", "cuda", "cuda1", ...: letters and digits (used in test names)
   std::string description;
   std::function<std::string()> unavailable;
   std::function<std::unique_ptr<Device>(int rank, bool tf32)> make;
 };
 
-// Every backend built into this binary: the CPU backend (2 threads), then one entry per CUDA GPU
-// (or a single "cuda" entry saying why there is none) when built with CUDA.
+// Every backend built into this binary: the CPU backend (2 threads), then, when built with CUDA,
+// "cuda" (GPU 0, or why there is none) and cuda1, cuda2, ... for further GPUs.
 std::vector<OpBackend> op_backends();
 // The reference the cases are compared with: the CPU backend on one thread.
 std::unique_ptr<Device> make_reference_device();
