@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "collectives/allreduce.h"
+#include "collectives/registry.h"
 #include "src/core/op_cases.h"
 #ifdef DPB_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
@@ -104,10 +105,11 @@ void op_checks(const OpBackend& be, const std::vector<Reference>& refs, Report& 
   }
 }
 
-// All-reduce algorithms each backend offers. CUDA: NCCL too.
+// Every algorithm of the all-reduce table (collectives/registry.cpp) that runs 2 ranks of `kind`.
 std::vector<std::string> algorithms_for(BackendKind kind) {
-  std::vector<std::string> a = {"naive", "ring"};
-  if (kind == BackendKind::Cuda) a.push_back("nccl");
+  std::vector<std::string> a;
+  for (const AllReduceEntry& e : allreduce_algorithms())
+    if (allreduce_refusal(e, 2, kind).empty()) a.push_back(e.name);
   return a;
 }
 

@@ -1,6 +1,6 @@
 // selftest.h: `dpbench selftest`: one small case of every op (the op table's kSelftest cases) on
 // every device present against the CPU reference, and a 2-rank all-reduce per device with every
-// algorithm its backend offers, on inputs with exactly known sums. Pass/fail per check as a table
+// algorithm of the all-reduce table that runs there, on inputs with exactly known sums. Pass/fail per check as a table
 // or JSON; exit 1 when any check fails, else 0 (also without a GPU, saying why none was found).
 #pragma once
 #include <CLI/CLI.hpp>

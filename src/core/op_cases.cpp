@@ -9,6 +9,7 @@
 #include <exception>
 #include <sstream>
 
+#include "src/core/backends.h"
 #include "src/core/check.h"
 #ifdef DPB_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
@@ -45,27 +46,41 @@ std::string OpCase::id() const {
   return out;
 }
 
-// ---- backends: adding one is one entry here ----
+// ---- backends: every entry of the backend table (src/core/backends.cpp), CUDA per GPU ----
+
+namespace {
+
+// GPU 0 is "cuda" whether or not it is present, so that test names found by ctest on a build
+// machine without a GPU still name it on the GPU machine; further GPUs are cuda1, cuda2, ...
+void add_cuda_backends(const BackendEntry& e, std::vector<OpBackend>& b) {
+  std::string why = e.unavailable();
+#ifdef DPB_HAVE_CUDA
+  if (!why.empty()) why += ": " + cuda_unavailable_reason();  // the CUDA error string
+#endif
+  b.push_back({e.name, e.help + " (GPU 0)", [why] { return why; },
+               [](int rank, bool tf32) { return make_cuda_device(rank, 0, tf32); }});
+  for (int g = 1; g < cuda_device_count(); ++g)
+    b.push_back({e.name + std::to_string(g), e.help + " (GPU " + std::to_string(g) + ")",
+                 [] { return std::string(); },
+                 [g](int rank, bool tf32) { return make_cuda_device(rank, g, tf32); }});
+}
+
+}  // namespace
 
 std::vector<OpBackend> op_backends() {
   std::vector<OpBackend> b;
-  b.push_back({"cpu", "CPU backend, 2 threads", [] { return std::string(); },
-               [](int rank, bool) { return make_cpu_device(rank, 2); }});
-#ifdef DPB_HAVE_CUDA
-  // GPU 0 is "cuda" whether or not it is present, so that test names found by ctest on a build
-  // machine without a GPU still name it on the GPU machine; further GPUs are cuda1, cuda2, ...
-  const int ngpu = cuda_device_count();
-  b.push_back({"cuda", "CUDA GPU 0",
-               [] {
-                 return cuda_device_count() > 0 ? std::string()
-                                                : "no CUDA GPU: " + cuda_unavailable_reason();
-               },
-               [](int rank, bool tf32) { return make_cuda_device(rank, 0, tf32); }});
-  for (int g = 1; g < ngpu; ++g)
-    b.push_back({"cuda" + std::to_string(g), "CUDA GPU " + std::to_string(g),
-                 [] { return std::string(); },
-                 [g](int rank, bool tf32) { return make_cuda_device(rank, g, tf32); }});
-#endif
+  for (const BackendEntry& e : backends()) {
+    if (e.kind == BackendKind::Cuda) {
+      if (cuda_built()) add_cuda_backends(e, b);
+      continue;
+    }
+    const BackendEntry* entry = &e;  // the table is static
+    b.push_back({e.name, e.help, e.unavailable, [entry](int rank, bool tf32) {
+                   DeviceOptions o;
+                   o.threads = 2, o.tf32 = tf32;
+                   return entry->make(rank, o);
+                 }});
+  }
   return b;
 }
 

@@ -8,8 +8,8 @@
 // the device under test and checks |x - ref| <= atol + of_max * max|ref| + rtol * |ref| for every
 // element, reporting the first mismatches and the max error.
 //
-// Adding an op: its case entries in op_table.cpp. Adding a backend: one entry in
-// op_backends() (op_cases.cpp). The CPU reference itself is checked against naive loops and by
+// Adding an op: its case entries in op_table.cpp. Adding a backend: its entry in the backend table
+// (src/core/backends.cpp); op_backends() runs the cases on every entry. The CPU reference itself is checked against naive loops and by
 // finite differences in tests/test_cpu_reference.cpp.
 #pragma once
 #include <cstddef>
@@ -70,8 +70,9 @@ struct OpBackend {
   std::function<std::unique_ptr<Device>(int rank, bool tf32)> make;
 };
 
-// Every backend built into this binary: the CPU backend (2 threads), then, when built with CUDA,
-// "cuda" (GPU 0, or why there is none) and cuda1, cuda2, ... for further GPUs.
+// Every backend of the backend table (src/core/backends.cpp) built into this binary, CPU ones
+// with 2 math threads; CUDA as "cuda" (GPU 0, or why there is none) and cuda1, cuda2, ... for
+// further GPUs. A new backend entry is picked up here: no list to extend.
 std::vector<OpBackend> op_backends();
 // The reference the cases are compared with: the CPU backend on one thread.
 std::unique_ptr<Device> make_reference_device();
