@@ -23,9 +23,8 @@ namespace {
 
 // CPU: pipeline only when the k buffers together outgrow the last-level cache (below that the
 // extra barriers cost more than they save), in pieces small enough that the pieces of one tick
-// (up to 2(k-1) per rank) stay in the private caches until the right neighbour reads them.
-// Measured on a 2-core Xeon (L2 1 MB/core): 64 KB pieces took k=4, 44.8 MB from 60-90 ms to
-// 43-50 ms and left k=2 about even.
+// (up to 2(k-1) per rank) stay in the private caches until the right neighbour reads them
+// (measurements: docs/decisions.md).
 constexpr size_t kCpuPieceFloats = size_t(16) << 10;      // 64 KB
 constexpr size_t kCpuPipelineMinBytes = size_t(8) << 20;  // all k buffers together
 

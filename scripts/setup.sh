@@ -7,9 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(build-essential cmake ninja-build pkg-config git zlib1g-dev libdnnl-dev ocl-icd-opencl-dev libbenchmark-dev
+PKGS=(build-essential cmake ninja-build git zlib1g-dev libdnnl-dev ocl-icd-opencl-dev libbenchmark-dev
       libbenchmark-tools libgtest-dev libcli11-dev nlohmann-json3-dev dataset-fashion-mnist
-      python3 python3-matplotlib python3-pandas python3-numpy python3-scipy openmpi-bin libopenmpi-dev
+      python3 python3-matplotlib python3-numpy python3-scipy openmpi-bin libopenmpi-dev  # scipy: compare.py
       clang libclang-rt-dev)  # clang + its libFuzzer/sanitizer runtimes: scripts/sanitize.sh fuzz
 
 # DPB_PEERS=1: also PyTorch for the peers (./run_all.sh --peers; peers/README.md); a large download

@@ -37,6 +37,16 @@ expect_fail "--allreduce nccl" train --backend cpu --allreduce nccl --train-limi
 expect_fail "power-of-two rank count, got k = 3" train --allreduce rhd --devices 3 --train-limit 100 --test-limit 10
 expect_fail "--tune-file /nonexistent/t.json" train --allreduce auto --tune-file /nonexistent/t.json --train-limit 100 --test-limit 10
 expect_fail "does not exist" train --data-dir /nonexistent/dpbench-data
+# selftest: exit 0 when every check passes, also without a GPU (then saying why none was found).
+"$BIN" selftest --help | grep -q -- "--json" || { echo "FAIL: selftest --help"; fails=$((fails + 1)); }
+st=$("$BIN" selftest 2>&1); rc=$?
+if [ $rc -ne 0 ] || ! grep -q " 0 failed" <<<"$st" || ! grep -q "allreduce ring" <<<"$st" \
+   || { ! grep -q "^cuda " <<<"$st" && ! grep -q "No GPU found: ." <<<"$st"; }; then
+  echo "FAIL: selftest -> rc=$rc:"; echo "$st" | tail -20; fails=$((fails + 1))
+else
+  echo "ok: selftest -> rc=0 ($(tail -1 <<<"$st"))"
+fi
+"$BIN" selftest --json | grep -q '"failed": 0' || { echo "FAIL: selftest --json"; fails=$((fails + 1)); }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/bad"
 [ -d "$DATA" ] && cp "$DATA"/*.gz "$tmp/bad/"

@@ -93,7 +93,7 @@ TEST(Train, ParametersActuallyChange) {
 TEST(Train, ShortRunLearns) {
   if (!have_data()) GTEST_SKIP() << "Fashion-MNIST not installed";
   Dataset d = load_fashion_mnist(resolve_data_dir(""), 12000, 2000);
-  // Not the seeds' recipe: with lr 0.2 and N(0, 0.01) weights LeNet sits at chance for about an
+  // Not d2l 12.5's recipe: with lr 0.2 and N(0, 0.01) weights LeNet sits at chance for about an
   // epoch of the full set before it takes off (PyTorch's peer does the same). A smaller batch and
   // a larger lr learn within one epoch of 12k examples.
   TrainConfig c = small(2, "ring", SyncMode::Bucketed, true);

@@ -2,8 +2,7 @@
 //
 // User tensors are plain NCHW / OIHW. The primitives are created with format `any`, so oneDNN
 // picks its fastest (usually channel-blocked, nChw16c) layouts; plain <-> blocked reorders run
-// per call (memory-bound, ~10% of the conv time; the plain-format gemm convolution measured 2-3x
-// slower, and oneDNN 2.6's nhwc backward-data is pathologically slow for few channels).
+// per call (cheaper than plain-format or nhwc convolution; figures in docs/decisions.md).
 // Primitives and reorders are created once per shape and cached in the device; the blocked
 // copies and the (user-mode) scratchpad live in device-wide workspaces reused by every shape.
 #include "kernels/cpu/cpu_device.h"

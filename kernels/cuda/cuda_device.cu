@@ -1,6 +1,6 @@
 // cuda_device.cu: CudaDevice construction, memory, data loading staging, stream/event ordering and
 // the communication primitives (comm_copy, comm_reduce), plus the CUDA factory functions.
-// Built with -DDPB_CUDA=ON; exercised by tests/test_cuda_ops.cpp and test_cuda_collectives.cpp.
+// Built with -DDPB_CUDA=ON; tested by tests/test_op_table.cpp and tests/test_cuda_*.cpp.
 #include <cstdio>
 #include <cstring>
 #include <limits>

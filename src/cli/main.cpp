@@ -4,6 +4,7 @@
 //                           # GPUs, commit, backends (src/core/machine_info.h)
 //   dpbench info --csv-columns  # the training CSV's columns (name, type, meaning) as JSON
 //   dpbench project --model resnet18 --devices 4 --link-gbps 100   # predicted epoch (JSON)
+//   dpbench selftest        # every op and a 2-rank all-reduce per device vs the CPU reference
 // Every invalid argument is refused before any work starts, with a message naming it.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -12,6 +13,7 @@
 
 #include "collectives/registry.h"
 #include "src/core/backends.h"
+#include "src/cli/selftest.h"
 #include "src/core/check.h"
 #include "src/core/registry.h"
 #include "src/core/files.h"
@@ -189,6 +191,8 @@ int main(int argc, char** argv) {
                  "print the training CSV's columns instead (scripts/train_csv_columns.json)");
   ProjectArgs project_args;
   auto* project = add_project_command(app, project_args);
+  SelftestOptions selftest;
+  auto* selftest_cmd = add_selftest_command(app, selftest);
 
   try {
     app.parse(argc, argv);
@@ -202,6 +206,7 @@ int main(int argc, char** argv) {
     }
     if (info->parsed()) return run_info();
     if (project->parsed()) return run_project(project_args);
+    if (selftest_cmd->parsed()) return run_selftest(selftest);
     cfg.backend = backend;
     cfg.sync.mode = parse_sync_mode(sync_mode);
     cfg.sync.overlap = overlap == "on";

@@ -1,4 +1,4 @@
-// lenet.cpp: LeNet exactly as in the seeds (d2l 12.5): conv 20@3x3, ReLU, avgpool 2, conv 50@5x5,
+// lenet.cpp: LeNet exactly as in d2l 12.5: conv 20@3x3, ReLU, avgpool 2, conv 50@5x5,
 // ReLU, avgpool 2, dense 800->128, ReLU, dense 128->10. Input (n, 1, 28, 28).
 // Parameter order: conv1.w (20,1,3,3), conv1.b, conv2.w (50,20,5,5), conv2.b, fc1.w (800,128),
 // fc1.b, fc2.w (128,10), fc2.b.

@@ -1,5 +1,5 @@
-// model.h: the models dpbench trains (LeNet and ResNet-18 as in the d2l seeds), written once over
-// the Device interface so every backend runs the same network.
+// model.h: the models dpbench trains (LeNet and ResNet-18 as in d2l 12.5 and 12.6), written once
+// over the Device interface so every backend runs the same network.
 //
 // A Model instance is one replica bound to one device: it owns that device's activation buffers
 // (sized for max_batch) and per-device state (BatchNorm running statistics, which are not

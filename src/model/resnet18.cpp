@@ -1,4 +1,4 @@
-// resnet18.cpp: ResNet-18 as in the seeds (d2l 12.6) for 28x28 Fashion-MNIST: 3x3 conv stem with 64
+// resnet18.cpp: ResNet-18 as in d2l 12.6 for 28x28 Fashion-MNIST: 3x3 conv stem with 64
 // channels, BN, ReLU, no max-pool; residual blocks 64, 64, 128 (1x1 projection, stride 2), 128,
 // 256 (1x1, stride 2), 256, 512 (1x1, stride 2), 512; global average pooling; dense 512->10.
 // Convolutions keep their biases; the 1x1 projection has no BN (d2l's Residual). BatchNorm
