@@ -121,6 +121,7 @@ void CommGroup::abort(int rank, const std::string& why) {
   }
   aborted_.store(true);
   host_barrier_.abort();
+  for (Device* d : devs_) d->cancel_waits("rank " + std::to_string(rank) + ": " + why);
 }
 
 void CommGroup::throw_aborted(int rank) {
