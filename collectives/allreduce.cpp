@@ -167,6 +167,7 @@ class Traced final : public AllReduce {
       throw;
     }
   }
+  void reserve(int rank, size_t n) override { inner_->reserve(rank, n); }
   void abort(int rank, const std::string& why) override {
     inner_->abort(rank, why);
     group_.abort(rank, why);

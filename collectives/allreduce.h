@@ -96,6 +96,10 @@ class AllReduce {
   // What this object runs, for results files: the name, or e.g. "auto: naive<=32KB, ring".
   virtual std::string describe() const { return name(); }
   virtual void run(int rank, float* buf, size_t n) = 0;
+  // Optional, per rank: later run() calls use at most n floats; algorithms with scratch space
+  // allocate it here, so that no allocation (a device synchronization on CUDA) happens inside a
+  // timed step. GradSync calls it with its largest unit.
+  virtual void reserve(int rank, size_t n) { (void)rank; (void)n; }
   // Makes every rank's current and later run() throw instead of waiting for `rank` (used on
   // failure; see the header comment). make_allreduce's objects abort their CommGroup.
   virtual void abort(int rank, const std::string& why) { (void)rank; (void)why; }

@@ -5,6 +5,7 @@
 // tests/test_grad_sync.cpp.
 #include "collectives/grad_sync.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -100,6 +101,9 @@ GradSync::GradSync(const GradSyncConfig& cfg, const std::vector<size_t>& param_s
   unit_of_param_.assign(param_sizes.size(), -1);
   for (size_t u = 0; u < units_.size(); ++u)
     for (int p = units_[u].first_param; p <= units_[u].last_param; ++p) unit_of_param_[p] = int(u);
+  size_t largest = 0;
+  for (const Unit& u : units_) largest = std::max(largest, u.count);
+  ar_.reserve(rank_, largest);  // scratch space now, not inside the first timed step
   arm();
   if (cfg_.overlap) comm_thread_ = std::thread([this] { comm_loop(); });
 }
