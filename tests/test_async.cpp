@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/grad_sync.h"
+#include "collectives/registry.h"
 #include "kernels/async/async_device.h"
 #include "src/core/check.h"
 #include "tests/rank_threads.h"
@@ -167,12 +168,18 @@ void check_allreduce(const std::string& algo, int k, size_t n, size_t piece) {
   });
 }
 
+// Every algorithm of the registry that runs on this backend with k ranks, plus the pipelined ring
+// in small pieces (the CPU picks its pieces itself; other backends run the plain ring).
 TEST(AsyncAllReduce, ExactSumsEveryAlgorithm) {
   ASYNC_TRACE();
-  for (const std::string algo : {"naive", "ring", "ring-pipelined"})
-    for (int k = 1; k <= 4; ++k)
+  for (int k = 1; k <= 4; ++k) {
+    std::vector<std::string> algos = {"ring-pipelined"};
+    for (const AllReduceEntry& e : allreduce_algorithms())
+      if (allreduce_refusal(e, k, BackendKind::Async).empty()) algos.push_back(e.name);
+    for (const std::string& algo : algos)
       for (size_t n : {size_t(1), size_t(5), size_t(1001), size_t(4099)})
         check_allreduce(algo, k, n, /*piece=*/97);
+  }
 }
 
 // GradSync over LeNet-sized gradients: rank r's gradient i at step s is (r+1+s)*(i%7+1), written
@@ -225,9 +232,11 @@ TEST(AsyncGradSync, ExactReducedGradientsEveryMode) {
   ASYNC_TRACE();
   for (int k : {2, 3})
     for (const char* algo : {"naive", "ring"})
-      for (SyncMode mode : {SyncMode::PerParam, SyncMode::Fused, SyncMode::Bucketed})
-        for (bool overlap : {false, true}) check_sync(k, algo, mode, overlap);
-  check_sync(4, "ring", SyncMode::Bucketed, true);
+      for (const SyncModeEntry& m : sync_modes())
+        for (bool overlap : {false, true}) check_sync(k, algo, m.mode, overlap);
+  for (const AllReduceEntry& e : allreduce_algorithms())  // the others, overlapped, k = 4
+    if (e.name != "naive" && allreduce_refusal(e, 4, BackendKind::Async).empty())
+      check_sync(4, e.name, SyncMode::Bucketed, true);
 }
 
 }  // namespace
