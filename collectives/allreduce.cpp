@@ -190,6 +190,7 @@ std::unique_ptr<AllReduce> make_allreduce(const std::string& algorithm, CommGrou
 }
 
 #ifndef DPB_HAVE_CUDA
+std::string nccl_refuse_ranks(int) { return ""; }  // nccl runs on no backend of this build
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup&) {
   DPB_CHECK(false, "--allreduce nccl needs the CUDA backend built with NCCL (this dpbench was "
                    "built without CUDA)");

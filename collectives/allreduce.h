@@ -124,6 +124,9 @@ std::unique_ptr<AllReduce> make_ring_allreduce(CommGroup& group, size_t piece_fl
 // Defined in collectives/cuda/nccl_allreduce.cu when built with CUDA (DPB_HAVE_CUDA); otherwise
 // in allreduce.cpp, where it throws.
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group);
+// "" when NCCL can run k ranks on this machine's GPUs (rank r on GPU r mod count), else why not
+// (ranks sharing a GPU need NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1, at most 2 per GPU).
+std::string nccl_refuse_ranks(int k);
 
 // Barrier polling for `threads` threads that may be runnable at once (k ranks, plus k
 // communication threads with overlap): 100 us when they fit the hardware threads, else 0 (a

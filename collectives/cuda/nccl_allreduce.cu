@@ -45,6 +45,20 @@ std::string version_str(int v) {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(v % 100);
 }
 
+// "" when NCCL accepts k ranks with up to `most` on one of `gpus` GPUs, else why not.
+std::string shared_gpu_refusal(int k, int gpus, int most, int version) {
+  const char* env = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  const bool enabled = env && std::string(env) == "1";
+  if (most <= 1 || (version >= kSharedGpuMinVersion && enabled && most <= kMaxRanksPerGpu))
+    return "";
+  return std::to_string(k) + " ranks on " + std::to_string(gpus) + " GPU(s), up to " +
+         std::to_string(most) + " on one GPU: NCCL refuses ranks sharing a GPU before 2.30 "
+         "(\"Duplicate GPU detected\"); from 2.30 it allows at most " +
+         std::to_string(kMaxRanksPerGpu) + " per GPU with NCCL_MULTI_RANK_GPU_ENABLE=1. This NCCL "
+         "is " + version_str(version) + ", NCCL_MULTI_RANK_GPU_ENABLE is " +
+         (env ? env : "unset") + ". Use --allreduce naive or ring, or fewer ranks";
+}
+
 // Shared GPUs: at most sm_count / (2 * ranks on the GPU) CTAs per NCCL kernel, so that every
 // rank's kernel and some compute fit beside each other. Set before the communicators are made,
 // on the constructing thread (before rank threads run). An explicit NCCL_MAX_CTAS is kept.
@@ -77,15 +91,8 @@ class NcclAllReduce final : public AllReduce {
     int most = 0;
     for (auto& [gpu, count] : ranks_on) most = std::max(most, count);
     if (most > 1) {
-      const char* env = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
-      bool enabled = env && std::string(env) == "1";
-      DPB_CHECK(version >= kSharedGpuMinVersion && enabled && most <= kMaxRanksPerGpu,
-                "--allreduce nccl: " << k << " ranks on " << ranks_on.size() << " GPU(s), up to "
-                    << most << " on one GPU: NCCL refuses ranks sharing a GPU before 2.30 "
-                       "(\"Duplicate GPU detected\"); from 2.30 it allows at most "
-                    << kMaxRanksPerGpu << " per GPU with NCCL_MULTI_RANK_GPU_ENABLE=1. This NCCL "
-                       "is " << version_str(version) << ", NCCL_MULTI_RANK_GPU_ENABLE is "
-                    << (env ? env : "unset") << ". Use --allreduce naive or ring, or fewer ranks");
+      const std::string why = shared_gpu_refusal(k, int(ranks_on.size()), most, version);
+      DPB_CHECK(why.empty(), "--allreduce nccl: " << why);
       for (auto& [gpu, count] : ranks_on)
         if (count > 1) cap_ctas_for_shared_gpu(gpu, count);
     }
@@ -162,6 +169,13 @@ class NcclAllReduce final : public AllReduce {
 };
 
 }  // namespace
+
+std::string nccl_refuse_ranks(int k) {
+  const int ngpu = cuda_device_count();
+  int version = 0;
+  if (ngpu == 0 || ncclGetVersion(&version) != ncclSuccess) return "";  // the backend says why
+  return shared_gpu_refusal(k, std::min(k, ngpu), (k + ngpu - 1) / ngpu, version);
+}
 
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group) {
   return std::make_unique<NcclAllReduce>(group);
