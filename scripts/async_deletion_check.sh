@@ -23,12 +23,13 @@ collectives/rhd.cpp|group_.barrier(rank);|2|rhd: barrier after each doubling ste
 collectives/grad_sync.cpp|dev_.comm_wait_mark(mark);|1|GradSync overlap: comm waits for the unit's compute mark
 collectives/grad_sync.cpp|if (launched_ < U) dev_.comm_wait_compute();|1|GradSync no overlap: comm waits for backward
 collectives/grad_sync.cpp|dev_.compute_wait_comm();|1|GradSync finish: compute (optimizer) waits for comm
-src/train/trainer.cpp|group.barrier(r);|1|trainer: barrier after the parameter broadcast
-src/train/trainer.cpp|dev.comm_synchronize();|1|trainer: host waits for the broadcast before compute uses it
-src/train/trainer.cpp|      dev.synchronize();|2|trainer: end-of-epoch synchronize (before the epoch clock stops)
-src/train/trainer.cpp|barrier_wait(r);|1|trainer: host barrier at epoch start (rank 0 wrote the permutation)
-src/train/trainer.cpp|barrier_wait(r);|2|trainer: host barrier after the epoch (before the clock stops)
-src/train/trainer.cpp|barrier_wait(r);|3|trainer: host barrier after the end-of-epoch downloads (rank 0 reads every replica)
+src/train/step.cpp|group.barrier(r);|1|broadcast_params: barrier after the parameter broadcast
+src/train/step.cpp|rep.dev->comm_synchronize();|1|broadcast_params: host waits for the broadcast before compute uses it
+src/train/trainer.cpp|  rep.dev->synchronize();|2|trainer: end-of-epoch synchronize (before the epoch clock stops)
+src/train/trainer.cpp|pool_.align(r);|3|trainer: align at epoch start (rank 0 wrote the permutation)
+src/train/trainer.cpp|pool_.align(r);|4|trainer: align after the epoch (before the clock stops)
+src/train/trainer.cpp|pool_.align(r);|1|trainer: align after the end-of-epoch downloads (rank 0 reads every replica)
+src/train/trainer.cpp|pool_.align(r);|2|trainer: align after rank 0's report and evaluation
 T
 )
 if [ -n "${DPB_DELETION_TABLE:-}" ]; then TABLE=$(cat "$DPB_DELETION_TABLE"); fi
