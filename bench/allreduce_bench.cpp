@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "bench/bench.h"
@@ -208,11 +209,22 @@ void register_membw(BenchEnv& env) {
 }
 
 void register_allreduce(BenchEnv& env, Backend b) {
-  const BackendKind kind = b == Backend::Cpu ? BackendKind::Cpu : BackendKind::Cuda;
+  const BackendKind kind = backend_kind(b);
   for (const AllReduceEntry& e : allreduce_algorithms()) {
     const std::string alg = e.name;
+    if (!e.runs_on.empty() &&
+        std::find(e.runs_on.begin(), e.runs_on.end(), kind) == e.runs_on.end())
+      continue;  // e.g. nccl on the CPU: not this backend's algorithm
     for (int k : env.cfg().ranks) {
-      if (!allreduce_refusal(e, k, kind).empty()) continue;  // e.g. nccl on the CPU
+      // Configurations that cannot run, or would time nothing, are left out with the reason.
+      std::string why = allreduce_refusal(e, k, kind);
+      if (why.empty() && k == 1)
+        why = "one rank: an all-reduce has nothing to communicate (it would time an empty call)";
+      if (!why.empty()) {
+        std::fprintf(stderr, "dpbench-micro: not registered: %s: %s\n",
+                     bench_name("allreduce", b, {alg}, k).c_str(), why.c_str());
+        continue;
+      }
       const size_t cap = cap_for(env.cfg(), b, k);
       std::vector<size_t> sizes;
       for (size_t s = 8; s <= cap; s *= 2) sizes.push_back(s);

@@ -111,8 +111,8 @@ class CopyRig {
   RankThreads pool_;  // last: its threads are joined before the buffers go
 };
 
-// Interval timer for one rank. CPU: host clock (device ops are synchronous). CUDA: events on the
-// device's compute or comm stream; seconds() waits for the stop event.
+// Interval timer for one rank over Device::make_timer: CPU: host clock (device ops are
+// synchronous); CUDA: events on the device's compute or comm stream; seconds() waits for the stop.
 enum class TimedStream { Compute, Comm };
 class RankTimer {
  public:
@@ -123,8 +123,16 @@ class RankTimer {
 };
 std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream);
 
-enum class Backend { Cpu, Cuda };
-inline const char* backend_name(Backend b) { return b == Backend::Cpu ? "cpu" : "cuda"; }
+// The backends dpbench-micro registers for: names as in src/core/backends.h's table (async: the
+// test backend, for checking the benchmark flows' stream ordering, not for timings).
+enum class Backend { Cpu, Cuda, Async };
+inline const char* backend_name(Backend b) {
+  return b == Backend::Cpu ? "cpu" : b == Backend::Cuda ? "cuda" : "async";
+}
+inline BackendKind backend_kind(Backend b) {
+  return b == Backend::Cpu ? BackendKind::Cpu : b == Backend::Cuda ? BackendKind::Cuda
+                                                                   : BackendKind::Async;
+}
 
 // k devices (make_devices: CUDA rank r on GPU r mod cuda_device_count(), shared GPUs when k
 // exceeds it), paced by an emulated link when `link` is enabled (collectives/link.h; CPU only),

@@ -17,29 +17,25 @@ namespace dpb::bench {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-class HostTimer final : public RankTimer {
+class DeviceTimer final : public RankTimer {
  public:
-  void start() override { t0_ = Clock::now(); }
-  void stop() override { t1_ = Clock::now(); }
-  double seconds() override { return std::chrono::duration<double>(t1_ - t0_).count(); }
+  explicit DeviceTimer(std::unique_ptr<StreamTimer> t) : t_(std::move(t)) {}
+  void start() override {
+    t_->reset();
+    t_->begin();
+  }
+  void stop() override { t_->end(); }
+  double seconds() override { return t_->seconds(); }
 
  private:
-  Clock::time_point t0_, t1_;
+  std::unique_ptr<StreamTimer> t_;
 };
 }  // namespace
 
-#ifndef DPB_HAVE_CUDA
-std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream) {
-  DPB_CHECK(dev.kind() == BackendKind::Cpu, "CUDA timer requested in a build without CUDA");
-  return std::make_unique<HostTimer>();
-}
-#else
-std::unique_ptr<RankTimer> make_cuda_timer(Device& dev, TimedStream stream);  // cuda_support.cpp
 std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream) {
-  if (dev.kind() == BackendKind::Cpu) return std::make_unique<HostTimer>();
-  return make_cuda_timer(dev, stream);
+  return std::make_unique<DeviceTimer>(
+      dev.make_timer(stream == TimedStream::Comm ? StreamKind::Comm : StreamKind::Compute));
 }
-#endif
 
 DeviceSet::DeviceSet(Backend b, int k, int cpu_threads, const LinkSpec& link)
     : devs(make_devices(backend_name(b), k, cpu_threads)) {

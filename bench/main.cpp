@@ -55,7 +55,8 @@ Benchmarks (names are filterable with --benchmark_filter=REGEX):
 
 dpbench flags (--name=value):
   --dpb_ranks=LIST          rank counts (default 1,2,4,8)
-  --dpb_backends=LIST       cpu and/or cuda (default: cpu, plus cuda when a GPU is found)
+  --dpb_backends=LIST       cpu, cuda and/or async (default: cpu, plus cuda when a GPU is
+                            found; async is the test backend: checks, not timings)
   --dpb_max_bytes=N         largest all-reduce message in the sweep, bytes; K/M/G suffixes are
                             binary (default 256M). The sweep for k ranks also stops where
                             k * n > --dpb_max_total_bytes (default 1G, so k = 8 stops at 128 MiB)
@@ -153,7 +154,8 @@ BenchConfig parse_dpb_flags(int* argc, char** argv) {
     } else if (k == "--dpb_backends") {
       cfg.backends = split(v);
       for (const auto& b : cfg.backends)
-        if (b != "cpu" && b != "cuda") die(k + ": unknown backend '" + b + "' (valid: cpu, cuda)");
+        if (b != "cpu" && b != "cuda" && b != "async")
+          die(k + ": unknown backend '" + b + "' (valid: cpu, cuda, async)");
     } else if (k == "--dpb_max_bytes") {
       cfg.max_bytes = parse_bytes(k, v);
     } else if (k == "--dpb_max_total_bytes") {
@@ -275,7 +277,8 @@ int main(int argc, char** argv) {
   add_context(cfg, backends);
   using dpb::bench::Backend;
   std::vector<Backend> bs;
-  for (const auto& b : backends) bs.push_back(b == "cpu" ? Backend::Cpu : Backend::Cuda);
+  for (const auto& b : backends)
+    bs.push_back(b == "cpu" ? Backend::Cpu : b == "cuda" ? Backend::Cuda : Backend::Async);
   for (Backend b : bs)  // registration order is run order: the bandwidth bound first
     if (b == Backend::Cpu) dpb::bench::register_membw(env);
   for (Backend b : bs) dpb::bench::register_allreduce(env, b);

@@ -121,6 +121,7 @@ void CommGroup::abort(int rank, const std::string& why) {
   }
   aborted_.store(true);
   host_barrier_.abort();
+  for (Device* d : devs_) d->cancel_waits("rank " + std::to_string(rank) + ": " + why);
 }
 
 void CommGroup::throw_aborted(int rank) {
@@ -166,6 +167,7 @@ class Traced final : public AllReduce {
       throw;
     }
   }
+  void reserve(int rank, size_t n) override { inner_->reserve(rank, n); }
   void abort(int rank, const std::string& why) override {
     inner_->abort(rank, why);
     group_.abort(rank, why);
@@ -188,6 +190,7 @@ std::unique_ptr<AllReduce> make_allreduce(const std::string& algorithm, CommGrou
 }
 
 #ifndef DPB_HAVE_CUDA
+std::string nccl_refuse_ranks(int) { return ""; }  // nccl runs on no backend of this build
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup&) {
   DPB_CHECK(false, "--allreduce nccl needs the CUDA backend built with NCCL (this dpbench was "
                    "built without CUDA)");

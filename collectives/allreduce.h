@@ -96,6 +96,10 @@ class AllReduce {
   // What this object runs, for results files: the name, or e.g. "auto: naive<=32KB, ring".
   virtual std::string describe() const { return name(); }
   virtual void run(int rank, float* buf, size_t n) = 0;
+  // Optional, per rank: later run() calls use at most n floats; algorithms with scratch space
+  // allocate it here, so that no allocation (a device synchronization on CUDA) happens inside a
+  // timed step. GradSync calls it with its largest unit.
+  virtual void reserve(int rank, size_t n) { (void)rank; (void)n; }
   // Makes every rank's current and later run() throw instead of waiting for `rank` (used on
   // failure; see the header comment). make_allreduce's objects abort their CommGroup.
   virtual void abort(int rank, const std::string& why) { (void)rank; (void)why; }
@@ -120,6 +124,9 @@ std::unique_ptr<AllReduce> make_ring_allreduce(CommGroup& group, size_t piece_fl
 // Defined in collectives/cuda/nccl_allreduce.cu when built with CUDA (DPB_HAVE_CUDA); otherwise
 // in allreduce.cpp, where it throws.
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group);
+// "" when NCCL can run k ranks on this machine's GPUs (rank r on GPU r mod count), else why not
+// (ranks sharing a GPU need NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1, at most 2 per GPU).
+std::string nccl_refuse_ranks(int k);
 
 // Barrier polling for `threads` threads that may be runnable at once (k ranks, plus k
 // communication threads with overlap): 100 us when they fit the hardware threads, else 0 (a

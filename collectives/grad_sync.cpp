@@ -5,6 +5,7 @@
 // tests/test_grad_sync.cpp.
 #include "collectives/grad_sync.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -88,18 +89,18 @@ void adapt_barrier_spin(CommGroup& group, const GradSyncConfig& cfg) {
 
 // ---------------------------------------------------------------- GradSync
 
-using Clock = std::chrono::steady_clock;
-static double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 GradSync::GradSync(const GradSyncConfig& cfg, const std::vector<size_t>& param_sizes,
                    AllReduce& ar, Device& dev, int rank, float* grads)
     : cfg_(cfg), units_(plan_units(param_sizes, cfg)), ar_(ar), dev_(dev), rank_(rank),
-      grads_(grads) {
+      grads_(grads), comm_timer_(dev.make_timer(StreamKind::Comm)),
+      exposed_timer_(dev.make_timer(StreamKind::Compute)) {
   unit_of_param_.assign(param_sizes.size(), -1);
   for (size_t u = 0; u < units_.size(); ++u)
     for (int p = units_[u].first_param; p <= units_[u].last_param; ++p) unit_of_param_[p] = int(u);
+  size_t largest = 0;
+  for (const Unit& u : units_) largest = std::max(largest, u.count);
+  ar_.reserve(rank_, largest);  // scratch space now, not inside the first timed step
   arm();
   if (cfg_.overlap) comm_thread_ = std::thread([this] { comm_loop(); });
 }
@@ -187,17 +188,15 @@ void GradSync::comm_loop() {
     if (!error_) {  // after a failure, later units are dropped (the group is aborted)
       lk.unlock();
       std::exception_ptr err;
-      auto t0 = Clock::now();
       try {
         dev_.comm_wait_mark(mark);
-        t0 = Clock::now();
+        comm_timer_->begin();  // after the wait: times the collective, not its producers
         run_unit(u);
+        comm_timer_->end();
       } catch (...) {
         err = std::current_exception();
       }
-      const double t = seconds_since(t0);
       lk.lock();
-      comm_accum_ += t;
       ++calls_accum_;
       if (err && !error_) error_ = err;
     }
@@ -206,21 +205,32 @@ void GradSync::comm_loop() {
   }
 }
 
+const SyncTimes& GradSync::times() {
+  times_.comm_s = comm_timer_->seconds();
+  times_.exposed_s = exposed_timer_->seconds();
+  return times_;
+}
+
+void GradSync::reset_times() {
+  times_ = {};
+  comm_timer_->reset();
+  exposed_timer_->reset();
+}
+
 void GradSync::finish() {
-  const auto t0 = Clock::now();
+  exposed_timer_->begin();
   const int U = int(units_.size());
   if (!cfg_.overlap) {
     try {
       if (launched_ < U) dev_.comm_wait_compute();
       for (; launched_ < U; ++launched_) {
-        const auto t1 = Clock::now();
         ++times_.calls;
+        comm_timer_->begin();
         run_unit(launched_);
-        times_.comm_s += seconds_since(t1);
+        comm_timer_->end();
       }
     } catch (...) {
       arm();
-      times_.exposed_s += seconds_since(t0);
       throw;
     }
   } else {
@@ -229,20 +239,17 @@ void GradSync::finish() {
     {
       std::unique_lock<std::mutex> lk(mu_);
       done_cv_.wait(lk, [&] { return done_ == launched_; });
-      times_.comm_s += comm_accum_;
       times_.calls += calls_accum_;
-      comm_accum_ = 0;
       calls_accum_ = 0;
       err = error_;  // kept: the comm thread drops every later unit
     }
     if (err) {
       arm();
-      times_.exposed_s += seconds_since(t0);
       std::rethrow_exception(err);
     }
   }
   dev_.compute_wait_comm();
-  times_.exposed_s += seconds_since(t0);
+  exposed_timer_->end();  // CUDA: how long the compute stream stood at the wait above
   arm();
 }
 

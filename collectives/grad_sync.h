@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -67,8 +68,9 @@ std::vector<Unit> plan_units(const std::vector<size_t>& param_sizes, const GradS
 void adapt_barrier_spin(CommGroup& group, const GradSyncConfig& cfg);
 
 struct SyncTimes {
-  double comm_s = 0;     // host time inside collective calls (on this rank; CUDA: issue time)
-  double exposed_s = 0;  // time the calling thread spent in finish()
+  // Measured on the device's streams (Device::make_timer: CUDA events; CPU: the host clock).
+  double comm_s = 0;     // the comm stream's time inside collective calls (this rank)
+  double exposed_s = 0;  // the compute stream's wait for them in finish() (CPU: time in finish())
   long calls = 0;        // collective calls
 };
 
@@ -88,8 +90,9 @@ class GradSync {
   // After backward: launches what is left, waits for all communication of this step, then orders
   // the compute stream after it (dev.compute_wait_comm()). Rethrows a communication error.
   void finish();
-  const SyncTimes& times() const { return times_; }
-  void reset_times() { times_ = {}; }
+  // The steps' times so far; waits for their timed device work. Not while a step is in flight.
+  const SyncTimes& times();
+  void reset_times();
   const std::vector<Unit>& units() const { return units_; }
 
  private:
@@ -108,6 +111,8 @@ class GradSync {
   int rank_;
   float* grads_;
   SyncTimes times_;
+  std::unique_ptr<StreamTimer> comm_timer_;     // around each collective call, on the comm stream
+  std::unique_ptr<StreamTimer> exposed_timer_;  // around finish()'s wait, on the compute stream
   int launched_ = 0;
 
   // Shared with the communication thread (overlap on), under mu_.
@@ -118,7 +123,6 @@ class GradSync {
   int done_ = 0;  // units finished (or dropped after an error) this step
   bool stop_ = false;
   std::exception_ptr error_;
-  double comm_accum_ = 0;
   long calls_accum_ = 0;
   std::thread comm_thread_;
 };

@@ -192,6 +192,8 @@ class LinkDevice final : public Device {
   void comm_synchronize() override { in_->comm_synchronize(); }
   int compute_mark() override { return in_->compute_mark(); }
   void comm_wait_mark(int token) override { in_->comm_wait_mark(token); }
+  void cancel_waits(const std::string& why) override { in_->cancel_waits(why); }
+  std::unique_ptr<StreamTimer> make_timer(StreamKind s) override { return in_->make_timer(s); }
 
  private:
   // A transfer between two ranks: book it, do the real work, sleep until the link delivers.

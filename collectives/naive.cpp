@@ -15,17 +15,17 @@ class NaiveAllReduce final : public AllReduce {
   explicit NaiveAllReduce(CommGroup& group) : group_(group) {}
   std::string name() const override { return "naive"; }
 
+  void reserve(int rank, size_t n) override {
+    if (rank == 0) grow(n);  // only rank 0 touches staging_
+  }
+
   void run(int rank, float* buf, size_t n) override {
     const int k = group_.size();
     if (k == 1 || n == 0) return;  // same decision on every rank: n is collective
     group_.exchange(rank, buf);
     if (rank == 0) {
       Device& dev = group_.device(0);
-      const size_t need = size_t(k - 1) * n;
-      if (staging_.size() < need) {  // only rank 0 touches staging_
-        staging_.reset();
-        staging_ = Buffer(dev, need, "naive all-reduce staging");
-      }
+      grow(n);
       float* stage = staging_.get();
       for (int p = 1; p < k; ++p) dev.comm_copy(stage + size_t(p - 1) * n, group_.peer(p), n);
       for (int p = 1; p < k; ++p) dev.comm_reduce(buf, stage + size_t(p - 1) * n, n);
@@ -35,6 +35,13 @@ class NaiveAllReduce final : public AllReduce {
   }
 
  private:
+  void grow(size_t n) {
+    const size_t need = size_t(group_.size() - 1) * n;
+    if (need == 0 || staging_.size() >= need) return;
+    staging_.reset();
+    staging_ = Buffer(group_.device(0), need, "naive all-reduce staging");
+  }
+
   CommGroup& group_;
   Buffer staging_;  // (k-1) * n floats on rank 0's device, grown as needed
 };

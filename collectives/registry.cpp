@@ -28,7 +28,8 @@ const std::vector<AllReduceEntry>& allreduce_algorithms() {
        rhd_link_cost},
       {"auto", "per message size, the algorithm of a tuning table measured here (--tune-file)",
        {}, nullptr, make_auto_allreduce, 0, nullptr},  // cost: its table's pick (link.cpp)
-      {"nccl", "ncclAllReduce (NCCL picks its own algorithm)", {BackendKind::Cuda}, nullptr,
+      {"nccl", "ncclAllReduce (NCCL picks its own algorithm)", {BackendKind::Cuda},
+       nccl_refuse_ranks,
        [](CommGroup& g, const AllReduceOptions&) { return make_nccl_allreduce(g); }, 0,
        ring_link_cost},  // NCCL's ring
   };

@@ -2,45 +2,55 @@
 # run_gpu.sh STEP... : runs dpbench from a bundle made by scripts/gpu_bundle.sh (this file is
 # copied into the bundle as run_gpu.sh) on a machine without Debian's packages, e.g. the GPU
 # machine of ../shared/gpu/README.md. Steps, in the order given:
-#   env           versions (GPU, driver, CUDA libraries found, dpbench info) and an ldd check of
-#                 every binary -> $OUT/env.txt; fails when a library is missing
+#   env           versions (GPU, driver, CUDA libraries found, dpbench info), an ldd check of
+#                 every binary and a dlopen check of the libraries loaded only at run time
+#                 (cuDNN's sub-libraries, NVRTC) -> $OUT/env.txt; fails when a library is missing
 #   test          every GoogleTest test (the CUDA ones run when a GPU is present) and the CLI and
 #                 NVTX checks -> $OUT/test.log, $OUT/gtest.xml
 #   exec CMD ...  runs CMD in the same environment (must be the last step), e.g.
 #                 exec dpbench train --backend cuda --devices 1 --epochs 10 --csv $OUT/lenet.csv
 # Environment it sets: LD_LIBRARY_PATH (bundle lib/, the NVIDIA wheels' lib folders, the CUDA
 # toolkit's, lib/fallback only when the machine's libstdc++ is too old), DPBENCH_DATA (bundle
-# data/), PATH (bundle bin/ first). OUT defaults to BUNDLE/out. Exit status: the first failing
-# step's, else 0.
+# data/), PATH (bundle bin/ first). OUT defaults to BUNDLE/out. The wheels (nvidia-cudnn-cu13,
+# nvidia-nccl-cu13, ...) are looked for in every site-packages of DPB_PYTHON, of each python3 /
+# python on PATH, of $VIRTUAL_ENV and $CONDA_PREFIX, and of the usual system folders.
+# Exit status: the first failing step's, else 0.
 set -uo pipefail
 B=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$B/out}
 mkdir -p "$OUT"
-[ $# -gt 0 ] || { sed -n '2,16p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,19p' "$0"; exit 2; }
 
 # oneDNN travels xz-compressed; python's lzma stands in where xz is missing.
 for z in "$B"/lib/*.xz; do
   [ -e "$z" ] || continue
   [ -f "${z%.xz}" ] && continue
   if command -v xz >/dev/null; then xz -dkf "$z"
-  else python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$z" "${z%.xz}"
+  else "${DPB_PYTHON:-python3}" -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$z" "${z%.xz}"
   fi || { echo "run_gpu: cannot decompress $z"; exit 1; }
 done
 
-wheels=$(python3 - <<'EOF' 2>/dev/null
-import os
-try:
-    import nvidia
-except ImportError:
-    raise SystemExit(0)
-dirs = []
-for p in nvidia.__path__:
-    for d in sorted(os.listdir(p)):
-        lib = os.path.join(p, d, "lib")
-        if os.path.isdir(lib):
-            dirs.append(lib)
-print(":".join(dirs))
-EOF
+# Every python we can find: DPB_PYTHON first, then PATH's, the active environments', system's.
+pythons=()
+for py in "${DPB_PYTHON:-}" $(type -ap python3 python 2>/dev/null) "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python}" \
+          "${CONDA_PREFIX:+$CONDA_PREFIX/bin/python}" /usr/bin/python3 /usr/local/bin/python3; do
+  [ -n "$py" ] && [ -x "$py" ] && pythons+=("$py")
+done
+PY=${pythons[0]:-}  # for the dlopen check and lzma
+# nvidia/<package>/lib folders under every site-packages those pythons know, and under the usual
+# install prefixes (for a python we did not find), deduplicated in that order.
+wheels=$(
+  {
+    for py in "${pythons[@]}"; do
+      "$py" -c 'import site, sys
+dirs = list(getattr(site, "getsitepackages", lambda: [])()) + [site.getusersitepackages()] + sys.path
+print("\n".join(d for d in dirs if d))' 2>/dev/null
+    done
+    ls -d /usr/local/lib/python3*/{site,dist}-packages /usr/lib/python3/dist-packages \
+          "$HOME"/.local/lib/python3*/site-packages 2>/dev/null
+  } | while read -r sp; do
+    for lib in "$sp"/nvidia/*/lib; do [ -d "$lib" ] && readlink -f "$lib"; done
+  done | awk '!seen[$0]++' | paste -sd: -
 )
 cudalib=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
@@ -65,7 +75,7 @@ step_env() {
     echo "== library path"; tr ':' '\n' <<<"$LD_LIBRARY_PATH"
     echo "== libstdc++: system ${sys_stdcxx:-none}, needed ${need:-?}, fallback ${fallback:+used}${fallback:-not used}"
     echo "== python wheels"
-    python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'nccl', torch.cuda.nccl.version())" 2>&1 | tail -1
+    "${PY:-python3}" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'nccl', torch.cuda.nccl.version())" 2>&1 | tail -1
     echo "== ldd"
   } >"$OUT/env.txt"
   local missing=0
@@ -76,10 +86,39 @@ step_env() {
     fi
   done
   ldd "$B/bin/dpbench" | grep -E "dnnl|cudnn|nccl|cublas|cudart|gomp|stdc" >>"$OUT/env.txt"
+  echo "== dlopen (libraries loaded at run time, not visible to ldd)" >>"$OUT/env.txt"
+  check_dlopen >>"$OUT/env.txt" 2>&1 || missing=1
   echo "== dpbench info" >>"$OUT/env.txt"
   dpbench info >>"$OUT/env.txt" 2>&1 || missing=1
   cat "$OUT/env.txt"
   [ $missing -eq 0 ] || { echo "run_gpu env: FAILED (see above)"; return 1; }
+}
+
+# cuDNN 9 loads its sub-libraries (graph, ops, cnn, engines, heuristic) with dlopen when first
+# used, and its runtime-compiled engines load NVRTC: ldd cannot see them, so dlopen each one.
+check_dlopen() {
+  local cudart major_cuda major_dnn
+  cudart=$(ldd "$B/bin/dpbench" | awk '/libcudart\.so/ {print $1; exit}')
+  major_cuda=${cudart##*.so.}
+  major_dnn=$(ldd "$B/bin/dpbench" | awk '/libcudnn\.so/ {print $1; exit}'); major_dnn=${major_dnn##*.so.}
+  [ -n "$PY" ] || { echo "no python found: dlopen check skipped (set DPB_PYTHON)"; return 1; }
+  "$PY" - "$major_cuda" "$major_dnn" <<'PYEOF'
+import ctypes, sys
+cuda, dnn = sys.argv[1] or "13", sys.argv[2] or "9"
+libs = [f"libcudart.so.{cuda}", f"libcublas.so.{cuda}", f"libcublasLt.so.{cuda}",
+        f"libnvrtc.so.{cuda}", "libnccl.so.2", f"libcudnn.so.{dnn}"] + \
+       [f"libcudnn_{s}.so.{dnn}" for s in ("graph", "ops", "cnn", "engines_precompiled",
+                                          "engines_runtime_compiled", "heuristic")]
+bad = 0
+for name in libs:
+    try:
+        ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+        print(f"  ok      {name}")
+    except OSError as e:
+        print(f"  MISSING {name}: {e}")
+        bad += 1
+sys.exit(1 if bad else 0)
+PYEOF
 }
 
 step_test() {

@@ -20,7 +20,7 @@ if "$BIN" --dpb_bogus=1 >/dev/null 2>&1; then echo "FAIL: unknown --dpb_ flag ac
 if "$BIN" --dpb_cpu_threads=0 >/dev/null 2>&1; then echo "FAIL: --dpb_cpu_threads=0 accepted"; exit 1; fi
 
 # Every all-reduce algorithm the binary registers (collectives/registry.h), at three sizes.
-FILTER='membw/cpu/copy/threads:2/|allreduce/cpu/[^/]+/ranks:(1|2|4)/bytes:(8|4096|516272)/'
+FILTER='membw/cpu/copy/threads:2/|allreduce/cpu/[^/]+/ranks:(2|4)/bytes:(8|4096|516272)/'
 FILTER+='|gradsync/cpu/lenet/(per-param|bucket1MB)/ranks:(2|4)/'
 FILTER+='|overlap/cpu/lenet/(fused-after|per-param-overlap)/ranks:2/'
 run() {  # run OUT.json FILTER

@@ -92,7 +92,11 @@ void run_algorithm(const std::string& algo) {
   std::string skipped;
   const int ngpu = cuda_device_count();
   for (int k = 1; k <= 4; ++k) {
-    if (!allreduce_refusal(find_allreduce(algo), k, BackendKind::Cuda).empty()) continue;
+    if (const std::string why = allreduce_refusal(find_allreduce(algo), k, BackendKind::Cuda);
+        !why.empty()) {
+      if (algo == "nccl") skipped += "\n  k=" + std::to_string(k) + ": " + why;
+      continue;
+    }
     SCOPED_TRACE(std::string(algo) + " k=" + std::to_string(k) + " on " + std::to_string(ngpu) +
                  " GPU(s)");
     Ranks ranks(k);
@@ -121,7 +125,8 @@ void run_algorithm(const std::string& algo) {
 std::vector<std::string> cuda_algorithms() {
   std::vector<std::string> names;
   for (const AllReduceEntry& e : allreduce_algorithms())
-    if (allreduce_refusal(e, 2, BackendKind::Cuda).empty() ||
+    if (allreduce_refusal(e, 1, BackendKind::Cuda).empty() ||
+        allreduce_refusal(e, 2, BackendKind::Cuda).empty() ||
         allreduce_refusal(e, 4, BackendKind::Cuda).empty())
       names.push_back(e.name);
   return names;

@@ -5,7 +5,16 @@
 //
 // Ranks sharing a GPU: NCCL before 2.30 refuses two ranks of one communicator on one GPU; from
 // 2.30, NCCL_MULTI_RANK_GPU_ENABLE=1 allows it (up to 2 ranks per GPU, experimental). Otherwise
-// the constructor throws a dpb::Error saying so.
+// the constructor throws a dpb::Error saying so. When allowed, NCCL calls of the ranks on one GPU
+// are serialized by a lock (NCCL documents concurrent calls from several threads on one device
+// as unsafe), and NCCL_MAX_CTAS, when unset, is capped so that both ranks' kernels fit on the
+// GPU at once (each rank's kernel waits for the other's: they must be co-resident).
+//
+// Failure: the communicators are registered with their CudaDevice, whose host waits poll
+// ncclCommGetAsyncError and throw on an error; CommGroup::abort makes those waits throw too. The
+// communicators are then aborted (ncclCommAbort, which also stops kernels still waiting for a
+// failed rank) when this object is destroyed, on one thread, after the ranks have stopped: never
+// concurrently with a rank's own NCCL call.
 //
 // Ordering: run() enqueues on the comm stream and returns; the caller orders the buffer's
 // producers before it (comm_wait_compute) and its consumers after it (compute_wait_comm or
@@ -17,6 +26,8 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "collectives/allreduce.h"
@@ -34,9 +45,36 @@ std::string version_str(int v) {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(v % 100);
 }
 
+// "" when NCCL accepts k ranks with up to `most` on one of `gpus` GPUs, else why not.
+std::string shared_gpu_refusal(int k, int gpus, int most, int version) {
+  const char* env = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  const bool enabled = env && std::string(env) == "1";
+  if (most <= 1 || (version >= kSharedGpuMinVersion && enabled && most <= kMaxRanksPerGpu))
+    return "";
+  return std::to_string(k) + " ranks on " + std::to_string(gpus) + " GPU(s), up to " +
+         std::to_string(most) + " on one GPU: NCCL refuses ranks sharing a GPU before 2.30 "
+         "(\"Duplicate GPU detected\"); from 2.30 it allows at most " +
+         std::to_string(kMaxRanksPerGpu) + " per GPU with NCCL_MULTI_RANK_GPU_ENABLE=1. This NCCL "
+         "is " + version_str(version) + ", NCCL_MULTI_RANK_GPU_ENABLE is " +
+         (env ? env : "unset") + ". Use --allreduce naive or ring, or fewer ranks";
+}
+
+// Shared GPUs: at most sm_count / (2 * ranks on the GPU) CTAs per NCCL kernel, so that every
+// rank's kernel and some compute fit beside each other. Set before the communicators are made,
+// on the constructing thread (before rank threads run). An explicit NCCL_MAX_CTAS is kept.
+void cap_ctas_for_shared_gpu(int gpu, int ranks_on_gpu) {
+  if (std::getenv("NCCL_MAX_CTAS")) return;
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, gpu));
+  const int ctas = std::max(1, std::min(32, sms / (2 * ranks_on_gpu)));
+  setenv("NCCL_MAX_CTAS", std::to_string(ctas).c_str(), 0);
+  std::fprintf(stderr, "dpbench: %d ranks share cuda:%d: NCCL_MAX_CTAS=%d (of %d SMs)\n",
+               ranks_on_gpu, gpu, ctas, sms);
+}
+
 class NcclAllReduce final : public AllReduce {
  public:
-  explicit NcclAllReduce(CommGroup& group) {
+  explicit NcclAllReduce(CommGroup& group) : group_(group) {
     const int k = group.size();
     std::vector<int> gpus(k);
     std::map<int, int> ranks_on;  // gpu -> number of ranks on it
@@ -53,15 +91,15 @@ class NcclAllReduce final : public AllReduce {
     int most = 0;
     for (auto& [gpu, count] : ranks_on) most = std::max(most, count);
     if (most > 1) {
-      const char* env = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
-      bool enabled = env && std::string(env) == "1";
-      DPB_CHECK(version >= kSharedGpuMinVersion && enabled && most <= kMaxRanksPerGpu,
-                "--allreduce nccl: " << k << " ranks on " << ranks_on.size() << " GPU(s), up to "
-                    << most << " on one GPU: NCCL refuses ranks sharing a GPU before 2.30 "
-                       "(\"Duplicate GPU detected\"); from 2.30 it allows at most "
-                    << kMaxRanksPerGpu << " per GPU with NCCL_MULTI_RANK_GPU_ENABLE=1. This NCCL "
-                       "is " << version_str(version) << ", NCCL_MULTI_RANK_GPU_ENABLE is "
-                    << (env ? env : "unset") << ". Use --allreduce naive or ring, or fewer ranks");
+      const std::string why = shared_gpu_refusal(k, int(ranks_on.size()), most, version);
+      DPB_CHECK(why.empty(), "--allreduce nccl: " << why);
+      for (auto& [gpu, count] : ranks_on)
+        if (count > 1) cap_ctas_for_shared_gpu(gpu, count);
+    }
+    for (int r = 0; r < k; ++r) {  // one lock per GPU, shared by the ranks on it
+      auto& mu = gpu_mu_[gpus[r]];
+      if (!mu) mu = std::make_shared<std::mutex>();
+      rank_mu_.push_back(ranks_on[gpus[r]] > 1 ? mu : nullptr);
     }
     int current = 0;
     CUDA_CHECK(cudaGetDevice(&current));
@@ -73,14 +111,18 @@ class NcclAllReduce final : public AllReduce {
       NCCL_CHECK(res, "ncclCommInitAll over " << k << " ranks, NCCL " << version_str(version));
     }
     if (back != cudaSuccess) (void)cudaGetLastError();
+    for (int r = 0; r < k; ++r) devs_[r]->set_nccl_comm(comms_[r]);
   }
 
   ~NcclAllReduce() override {
+    // After a failure a peer may never have joined the last call: abort rather than wait (the
+    // trainer and the benchmarks abort the group; this object's own abort may not have run).
+    const bool abort = aborted_.load() || group_.aborted();
     for (size_t r = 0; r < comms_.size(); ++r) {
       if (!comms_[r]) continue;
+      devs_[r]->set_nccl_comm(nullptr);
       if (cudaSetDevice(devs_[r]->gpu()) != cudaSuccess) (void)cudaGetLastError();
-      // After an abort a peer may never have joined the last call: abort rather than wait.
-      ncclResult_t res = aborted_.load() ? ncclCommAbort(comms_[r]) : ncclCommDestroy(comms_[r]);
+      ncclResult_t res = abort ? ncclCommAbort(comms_[r]) : ncclCommDestroy(comms_[r]);
       if (res != ncclSuccess)
         std::fprintf(stderr, "dpbench: warning: freeing the NCCL communicator of rank %zu: %s\n", r,
                      ncclGetErrorString(res));
@@ -90,7 +132,7 @@ class NcclAllReduce final : public AllReduce {
   std::string name() const override { return "nccl"; }
 
   void run(int rank, float* buf, size_t n) override {
-    DPB_CHECK(!aborted_.load(), "rank " << rank << ": nccl all-reduce aborted");
+    DPB_CHECK(!aborted_.load() && !group_.aborted(), "rank " << rank << ": nccl all-reduce aborted");
     if (n == 0) return;
     CudaDevice& dev = *devs_[rank];
     CUDA_CHECK(cudaSetDevice(dev.gpu()));
@@ -99,16 +141,18 @@ class NcclAllReduce final : public AllReduce {
     NCCL_CHECK(ncclCommGetAsyncError(comm, &async), "rank " << rank);
     NCCL_CHECK(async, "rank " << rank << ", asynchronous error from an earlier call: "
                               << ncclGetLastError(comm));
-    // Count in elements (floats), not bytes.
+    // Count in elements (floats), not bytes. Ranks sharing a GPU call NCCL one at a time.
+    std::unique_lock<std::mutex> lk;
+    if (rank_mu_[rank]) lk = std::unique_lock<std::mutex>(*rank_mu_[rank]);
     ncclResult_t res =
         ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, dev.comm_stream());
     NCCL_CHECK(res, "rank " << rank << " on cuda:" << dev.gpu() << ", " << n << " floats: "
                             << ncclGetLastError(comm));
   }
 
-  // Later run() calls throw. Work already enqueued by peers that wait for this rank is not
-  // cancelled here (ncclCommAbort from another thread could race a peer's ncclAllReduce); the
-  // communicators are aborted, not destroyed, when this object goes away.
+  // Later run() calls throw, and (through CommGroup::abort) every rank's host waits. Kernels
+  // already enqueued by peers that wait for this rank are stopped by ncclCommAbort when this
+  // object goes away (calling it here could race a peer thread's own ncclAllReduce).
   void abort(int rank, const std::string& why) override {
     (void)rank;
     (void)why;
@@ -116,12 +160,22 @@ class NcclAllReduce final : public AllReduce {
   }
 
  private:
+  CommGroup& group_;
+  std::map<int, std::shared_ptr<std::mutex>> gpu_mu_;
+  std::vector<std::shared_ptr<std::mutex>> rank_mu_;  // null: the rank has its GPU alone
   std::vector<CudaDevice*> devs_;
   std::vector<ncclComm_t> comms_;
   std::atomic<bool> aborted_{false};
 };
 
 }  // namespace
+
+std::string nccl_refuse_ranks(int k) {
+  const int ngpu = cuda_device_count();
+  int version = 0;
+  if (ngpu == 0 || ncclGetVersion(&version) != ncclSuccess) return "";  // the backend says why
+  return shared_gpu_refusal(k, std::min(k, ngpu), (k + ngpu - 1) / ngpu, version);
+}
 
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group) {
   return std::make_unique<NcclAllReduce>(group);

@@ -4,10 +4,20 @@
 // Per shape the descriptors are made once; per direction the algorithm is chosen once, on first
 // use, by cudnnFind*AlgorithmEx on the real buffers (like PyTorch's cudnn.benchmark = True) within
 // a workspace of kFindWorkspace bytes, then reused. One workspace per device, grown as needed.
+// The search runs once per (GPU, tf32, direction, shape) for the whole process, under one lock,
+// after this rank's own stream has drained: ranks sharing a GPU share the result instead of
+// timing candidates against each other's searches. A shape that differs from a searched one only
+// in the batch size (the last, partial batch of an epoch) reuses that algorithm with its own
+// workspace size, so no search runs inside a timed epoch. Other ranks' kernels may still run
+// during a search on a shared GPU.
 // Math: CUDNN_FMA_MATH when tf32 is off (CUDNN_DEFAULT_MATH would let cuDNN use TF32 tensor cores
 // on Ampere and later); CUDNN_DEFAULT_MATH when tf32 is on, then the math type the found
 // algorithm was timed with (never ALLOW_CONVERSION, which may compute in FP16).
 #include <algorithm>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cuda/cuda_device.h"
@@ -46,6 +56,50 @@ const Perf& pick(const std::vector<Perf>& perf, int got, bool tf32, int dir, con
   DPB_CHECK(false, "cuDNN found no usable convolution " << kDirName[dir] << " algorithm on cuda:"
                        << gpu << " for " << shape_str(s) << " (" << got << " tried, tf32 "
                        << (tf32 ? "on" : "off") << ")");
+}
+
+// The algorithms found so far, process-wide (shared by every CudaDevice on a GPU).
+struct Found {
+  int algo = -1;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+};
+using FindKey = std::tuple<int, bool, int, std::array<int, 9>>;  // gpu, tf32, direction, shape
+struct FoundCache {
+  std::mutex mu;  // held during a search: one search per GPU shape at a time, process-wide
+  std::map<FindKey, Found> found;
+};
+FoundCache& found_cache() {
+  static FoundCache c;
+  return c;
+}
+
+// Picks direction dir's algorithm for plan p (see the header comment). find runs cudnnFind* and
+// returns the usable best; ws_size asks the workspace size of an algorithm for this shape.
+void choose_algo(CudnnConvPlan& p, const ConvShape& s, int dir, int gpu, bool tf32,
+                 const std::function<Found()>& find,
+                 const std::function<cudnnStatus_t(int, size_t*)>& ws_size) {
+  const std::array<int, 9> shape{s.n, s.c, s.h, s.w, s.k, s.r, s.s, s.pad, s.stride};
+  FoundCache& cache = found_cache();
+  std::lock_guard<std::mutex> lk(cache.mu);
+  auto use = [&](const Found& f) {  // false: f does not support this shape
+    if (tf32) CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv[dir], f.math));
+    if (ws_size(f.algo, &p.ws[dir]) != CUDNN_STATUS_SUCCESS) return false;
+    p.algo[dir] = f.algo;
+    return true;
+  };
+  const FindKey key{gpu, tf32, dir, shape};
+  if (auto it = cache.found.find(key); it != cache.found.end() && use(it->second)) return;
+  for (const auto& [k, f] : cache.found) {  // same shape but for the batch size
+    auto other = std::get<3>(k);
+    other[0] = s.n;
+    if (std::get<0>(k) == gpu && std::get<1>(k) == tf32 && std::get<2>(k) == dir &&
+        other == shape && use(f))
+      return;
+  }
+  const Found f = find();
+  DPB_CHECK(use(f), "cuDNN: the " << kDirName[dir] << " algorithm it found reports no workspace "
+                                  << "size for " << shape_str(s));
+  cache.found[key] = f;
 }
 
 // Descriptors for shape s; tf32 picks the math type the algorithm search starts from.
@@ -114,18 +168,22 @@ void CudaDevice::conv2d_forward(const ConvShape& s, const float* x, const float*
   bind();
   CudnnConvPlan& p = conv_plan(s);
   if (p.algo[0] < 0) {
-    int max_n = 0, got = 0;
-    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(cudnn_, &max_n));
-    std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(std::max(max_n, 1));
-    void* ws = workspace(kFindWorkspace);
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(cudnn_, p.x, x, p.w, w, p.conv[0], p.y, y,
-                                                       int(perf.size()), &got, perf.data(), ws,
-                                                       kFindWorkspace));
-    const auto& best = pick(perf, got, tf32_, 0, s, gpu_);
-    if (tf32_) CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv[0], best.mathType));
-    CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p.x, p.w, p.conv[0], p.y,
-                                                        best.algo, &p.ws[0]));
-    p.algo[0] = int(best.algo);
+    auto find = [&] {
+      int max_n = 0, got = 0;
+      CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(cudnn_, &max_n));
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(std::max(max_n, 1));
+      void* ws = workspace(kFindWorkspace);
+      wait_stream(compute_, "cuDNN algorithm search");
+      CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(cudnn_, p.x, x, p.w, w, p.conv[0], p.y,
+                                                         y, int(perf.size()), &got, perf.data(),
+                                                         ws, kFindWorkspace));
+      const auto& best = pick(perf, got, tf32_, 0, s, gpu_);
+      return Found{int(best.algo), best.mathType};
+    };
+    choose_algo(p, s, 0, gpu_, tf32_, find, [&](int algo, size_t* ws) {
+      return cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p.x, p.w, p.conv[0], p.y,
+                                                     cudnnConvolutionFwdAlgo_t(algo), ws);
+    });
   }
   const float one = 1.f, zero = 0.f;
   void* ws = workspace(p.ws[0]);
@@ -133,6 +191,7 @@ void CudaDevice::conv2d_forward(const ConvShape& s, const float* x, const float*
                                       cudnnConvolutionFwdAlgo_t(p.algo[0]), ws, p.ws[0], &zero,
                                       p.y, y));
   if (b) cuda_kernels::add_bias(y, b, s.y_size(), s.oh() * s.ow(), s.k, compute_);
+  op_done("conv2d_forward", compute_);
 }
 
 void CudaDevice::conv2d_backward(const ConvShape& s, const float* x, const float* w,
@@ -140,21 +199,30 @@ void CudaDevice::conv2d_backward(const ConvShape& s, const float* x, const float
   bind();
   CudnnConvPlan& p = conv_plan(s);
   const float one = 1.f, zero = 0.f;
-  if (db) cuda_kernels::channel_sum(dy, db, s.n, s.k, s.oh() * s.ow(), compute_);
+  if (db) {
+    const int inner = s.oh() * s.ow();
+    const size_t scr = cuda_kernels::channel_sum_scratch(s.n, s.k, inner);
+    float* scratch = scr ? static_cast<float*>(workspace(scr * sizeof(float))) : nullptr;
+    cuda_kernels::channel_sum(dy, db, s.n, s.k, inner, scratch, compute_);
+  }
   if (dw) {
     if (p.algo[2] < 0) {
-      int max_n = 0, got = 0;
-      CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnn_, &max_n));
-      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(std::max(max_n, 1));
-      void* ws = workspace(kFindWorkspace);
-      CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-          cudnn_, p.x, x, p.y, dy, p.conv[2], p.w, dw, int(perf.size()), &got, perf.data(), ws,
-          kFindWorkspace));
-      const auto& best = pick(perf, got, tf32_, 2, s, gpu_);
-      if (tf32_) CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv[2], best.mathType));
-      CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, p.x, p.y, p.conv[2], p.w,
-                                                                 best.algo, &p.ws[2]));
-      p.algo[2] = int(best.algo);
+      auto find = [&] {
+        int max_n = 0, got = 0;
+        CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnn_, &max_n));
+        std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(std::max(max_n, 1));
+        void* ws = workspace(kFindWorkspace);
+        wait_stream(compute_, "cuDNN algorithm search");
+        CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            cudnn_, p.x, x, p.y, dy, p.conv[2], p.w, dw, int(perf.size()), &got, perf.data(), ws,
+            kFindWorkspace));
+        const auto& best = pick(perf, got, tf32_, 2, s, gpu_);
+        return Found{int(best.algo), best.mathType};
+      };
+      choose_algo(p, s, 2, gpu_, tf32_, find, [&](int algo, size_t* ws) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            cudnn_, p.x, p.y, p.conv[2], p.w, cudnnConvolutionBwdFilterAlgo_t(algo), ws);
+      });
     }
     void* ws = workspace(p.ws[2]);
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, dy, p.conv[2],
@@ -163,24 +231,29 @@ void CudaDevice::conv2d_backward(const ConvShape& s, const float* x, const float
   }
   if (dx) {
     if (p.algo[1] < 0) {
-      int max_n = 0, got = 0;
-      CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnn_, &max_n));
-      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(std::max(max_n, 1));
-      void* ws = workspace(kFindWorkspace);
-      CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-          cudnn_, p.w, w, p.y, dy, p.conv[1], p.x, dx, int(perf.size()), &got, perf.data(), ws,
-          kFindWorkspace));
-      const auto& best = pick(perf, got, tf32_, 1, s, gpu_);
-      if (tf32_) CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv[1], best.mathType));
-      CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, p.w, p.y, p.conv[1], p.x,
-                                                               best.algo, &p.ws[1]));
-      p.algo[1] = int(best.algo);
+      auto find = [&] {
+        int max_n = 0, got = 0;
+        CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnn_, &max_n));
+        std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(std::max(max_n, 1));
+        void* ws = workspace(kFindWorkspace);
+        wait_stream(compute_, "cuDNN algorithm search");
+        CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+            cudnn_, p.w, w, p.y, dy, p.conv[1], p.x, dx, int(perf.size()), &got, perf.data(), ws,
+            kFindWorkspace));
+        const auto& best = pick(perf, got, tf32_, 1, s, gpu_);
+        return Found{int(best.algo), best.mathType};
+      };
+      choose_algo(p, s, 1, gpu_, tf32_, find, [&](int algo, size_t* ws) {
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(
+            cudnn_, p.w, p.y, p.conv[1], p.x, cudnnConvolutionBwdDataAlgo_t(algo), ws);
+      });
     }
     void* ws = workspace(p.ws[1]);
     CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, p.w, w, p.y, dy, p.conv[1],
                                              cudnnConvolutionBwdDataAlgo_t(p.algo[1]), ws,
                                              p.ws[1], &zero, p.x, dx));
   }
+  op_done("conv2d_backward", compute_);
 }
 
 }  // namespace dpb

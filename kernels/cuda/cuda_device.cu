@@ -1,10 +1,15 @@
 // cuda_device.cu: CudaDevice construction, memory, data loading staging, stream/event ordering and
 // the communication primitives (comm_copy, comm_reduce), plus the CUDA factory functions.
 // Built with -DDPB_CUDA=ON; tested by tests/test_op_table.cpp and tests/test_cuda_*.cpp.
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <memory>
+#include <shared_mutex>
+#include <thread>
 
 #include "kernels/cuda/cuda_device.h"
 
@@ -43,6 +48,108 @@ __global__ void reduce_add_kernel(float* __restrict__ dst, const float* __restri
   for (size_t i = head + nvec * 4 + tid; i < n; i += stride) dst[i] += src[i];
 }
 
+// Every buffer CudaDevice::alloc made, process-wide: base -> (bytes, gpu). comm_reduce looks
+// pointers up here instead of calling cudaPointerGetAttributes twice per call.
+class AllocMap {
+ public:
+  void add(const void* p, size_t bytes, int gpu) {
+    std::unique_lock lk(mu_);
+    m_[uintptr_t(p)] = {bytes, gpu};
+  }
+  void remove(const void* p) {
+    std::unique_lock lk(mu_);
+    m_.erase(uintptr_t(p));
+  }
+  int gpu_of(const void* p) const {  // -1: not ours
+    std::shared_lock lk(mu_);
+    auto it = m_.upper_bound(uintptr_t(p));
+    if (it == m_.begin()) return -1;
+    --it;
+    return uintptr_t(p) < it->first + it->second.first ? it->second.second : -1;
+  }
+
+ private:
+  mutable std::shared_mutex mu_;
+  std::map<uintptr_t, std::pair<size_t, int>> m_;
+};
+AllocMap& allocations() {
+  static AllocMap m;
+  return m;
+}
+
+// Work on one stream timed by CUDA events: intervals are harvested as their end events complete
+// (cudaEventQuery), so events are recycled and the host never blocks until seconds().
+class CudaStreamTimer final : public StreamTimer {
+ public:
+  CudaStreamTimer(CudaDevice& dev, cudaStream_t st) : dev_(dev), st_(st) {}
+  ~CudaStreamTimer() override {
+    if (cudaSetDevice(dev_.gpu()) != cudaSuccess) (void)cudaGetLastError();
+    for (auto& [a, b] : pending_) free_.push_back(a), free_.push_back(b);
+    if (open_) free_.push_back(open_);
+    for (cudaEvent_t e : free_) (void)cudaEventDestroy(e);
+  }
+  void begin() override {
+    CUDA_CHECK(cudaSetDevice(dev_.gpu()));
+    if (!open_) open_ = take();
+    CUDA_CHECK(cudaEventRecord(open_, st_));
+  }
+  void end() override {
+    DPB_CHECK(open_, "stream timer on " << dev_.name() << ": end() without begin()");
+    CUDA_CHECK(cudaSetDevice(dev_.gpu()));
+    cudaEvent_t e = take();
+    CUDA_CHECK(cudaEventRecord(e, st_));
+    pending_.emplace_back(open_, e);
+    open_ = nullptr;
+    harvest(false);
+  }
+  double seconds() override {
+    harvest(true);
+    return total_;
+  }
+  void reset() override {
+    harvest(true);
+    total_ = 0;
+  }
+
+ private:
+  cudaEvent_t take() {
+    if (!free_.empty()) {
+      cudaEvent_t e = free_.back();
+      free_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreate(&e));  // with timing
+    return e;
+  }
+  void harvest(bool wait) {
+    CUDA_CHECK(cudaSetDevice(dev_.gpu()));
+    while (!pending_.empty()) {
+      auto [a, b] = pending_.front();
+      if (wait) {
+        dev_.wait_event(b, "stream timer");
+      } else {
+        const cudaError_t q = cudaEventQuery(b);
+        if (q == cudaErrorNotReady) break;
+        CUDA_CHECK(q);
+      }
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      total_ += double(ms) * 1e-3;
+      pending_.pop_front();
+      free_.push_back(a);
+      free_.push_back(b);
+    }
+  }
+
+  CudaDevice& dev_;
+  cudaStream_t st_;
+  cudaEvent_t open_ = nullptr;
+  std::deque<std::pair<cudaEvent_t, cudaEvent_t>> pending_;
+  std::vector<cudaEvent_t> free_;
+  double total_ = 0;
+};
+
 }  // namespace
 
 CudaDevice::CudaDevice(int rank, int gpu, bool tf32) : rank_(rank), gpu_(gpu), tf32_(tf32) {
@@ -50,6 +157,8 @@ CudaDevice::CudaDevice(int rank, int gpu, bool tf32) : rank_(rank), gpu_(gpu), t
   CUDA_CHECK(cudaGetDeviceCount(&count));
   DPB_CHECK(gpu >= 0 && gpu < count,
             "rank " << rank << ": CUDA GPU " << gpu << " does not exist (" << count << " GPUs)");
+  const char* sync_env = std::getenv("DPB_CUDA_SYNC");
+  sync_each_op_ = sync_env && std::string(sync_env) == "1";
   try {
     bind();
     cudaDeviceProp prop{};
@@ -92,9 +201,24 @@ CudaDevice::~CudaDevice() { teardown(); }
 // Frees everything that was created; never throws (destructor and failed constructor).
 void CudaDevice::teardown() noexcept {
   if (cudaSetDevice(gpu_) != cudaSuccess) (void)cudaGetLastError();
-  for (cudaStream_t st : {compute_, comm_})
-    if (st && cudaStreamSynchronize(st) != cudaSuccess) (void)cudaGetLastError();
+  // After cancel_waits a stream may hold a collective that never finishes: wait a bounded time,
+  // then leak this device's resources rather than hang in cudaFree's implicit synchronization.
+  const auto t0 = std::chrono::steady_clock::now();
+  for (cudaStream_t st : {compute_, comm_}) {
+    if (!st) continue;
+    cudaError_t e;
+    while ((e = cudaStreamQuery(st)) == cudaErrorNotReady) {
+      if (cancelled_.load() && std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) {
+        std::fprintf(stderr, "dpbench: warning: %s still has work in flight 10 s after another "
+                             "rank failed; leaving its memory allocated\n", name_.c_str());
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (e != cudaSuccess) (void)cudaGetLastError();
+  }
   destroy_conv_plans();
+  bn_descs_.clear();
   if (cudnn_) cudnnDestroy(cudnn_);
   if (cublas_) cublasDestroy(cublas_);
   for (cudaEvent_t ev : {ev_compute_, ev_comm_, ev_peer_})
@@ -134,11 +258,12 @@ float* CudaDevice::alloc(size_t n, const char* what) {
   // Zero on the compute stream and wait, so the comm stream (and peers) also see zeros.
   try {
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, compute_));
-    CUDA_CHECK(cudaStreamSynchronize(compute_));
+    wait_stream(compute_, "alloc");
   } catch (...) {
     (void)cudaFree(p);
     throw;
   }
+  allocations().add(p, bytes, gpu_);
   return p;
 }
 
@@ -146,9 +271,26 @@ void CudaDevice::release(float* p) {
   if (!p) return;
   // Called from Buffer's destructor: report, never throw. Own streams first, in case this
   // buffer is still in use there (cudaFree itself also waits for the device in practice).
+  // After cancel_waits a stream may hold a collective that never finishes: the buffer is then
+  // left allocated (cudaFree would wait for it), with one warning per device.
   cudaError_t e = cudaSetDevice(gpu_);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(compute_);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(comm_);
+  try {
+    if (cancelled_.load() &&
+        (cudaStreamQuery(compute_) != cudaSuccess || cudaStreamQuery(comm_) != cudaSuccess)) {
+      (void)cudaGetLastError();
+      if (!leak_warned_.exchange(true))
+        std::fprintf(stderr, "dpbench: warning: %s: buffers left allocated: work still in flight "
+                             "after another rank failed\n", name_.c_str());
+      return;
+    }
+    wait_stream(compute_, "release");
+    wait_stream(comm_, "release");
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "dpbench: warning: %s: buffer left allocated: %s\n", name_.c_str(),
+                 ex.what());
+    return;
+  }
+  allocations().remove(p);
   if (e == cudaSuccess) e = cudaFree(p);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
@@ -164,36 +306,87 @@ void CudaDevice::upload(float* dst, const float* host, size_t n) {
   if (n == 0) return;
   bind();
   CUDA_CHECK(cudaMemcpyAsync(dst, host, n * sizeof(float), cudaMemcpyDefault, compute_));
-  CUDA_CHECK(cudaStreamSynchronize(compute_));
+  wait_stream(compute_, "upload");
 }
 
 void CudaDevice::download(float* host, const float* src, size_t n) {
   if (n == 0) return;
   bind();
   CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDefault, compute_));
-  CUDA_CHECK(cudaStreamSynchronize(compute_));
+  wait_stream(compute_, "download");
 }
 
 void CudaDevice::fill(float* dst, float value, size_t n) {
   bind();
   cuda_kernels::fill(dst, value, n, compute_);
+  op_done("fill", compute_);
 }
 
 void CudaDevice::copy(float* dst, const float* src, size_t n) {
   if (n == 0 || dst == src) return;
   bind();
   CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, compute_));
+  op_done("copy", compute_);
 }
 
 void CudaDevice::synchronize() {
   bind();
-  CUDA_CHECK(cudaStreamSynchronize(compute_));
-  CUDA_CHECK(cudaStreamSynchronize(comm_));
+  wait_stream(compute_, "synchronize (compute stream)");
+  wait_stream(comm_, "synchronize (comm stream)");
+}
+
+void CudaDevice::poll(const std::function<cudaError_t()>& query, const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (unsigned i = 0;; ++i) {
+    const cudaError_t e = query();
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      DPB_CHECK(false, name_ << ": " << what << ": " << cudaGetErrorName(e) << ": "
+                             << cudaGetErrorString(e));
+    }
+    if (cancelled_.load()) {
+      std::lock_guard<std::mutex> lk(cancel_mu_);
+      DPB_CHECK(false, name_ << ": " << what << " abandoned because " << cancel_why_);
+    }
+    if (ncclComm_t c = nccl_comm_.load(); c && i % 64 == 0) {
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(c, &async) == ncclSuccess && async != ncclSuccess &&
+          async != ncclInProgress)
+        DPB_CHECK(false, name_ << ": " << what << ": NCCL reported " << ncclGetErrorString(async)
+                               << ": " << ncclGetLastError(c));
+    }
+    // Yield for the first ~50 us (short kernels), then sleep in 20 us steps.
+    if (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(50))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+void CudaDevice::wait_event(cudaEvent_t ev, const char* what) {
+  poll([ev] { return cudaEventQuery(ev); }, what);
+}
+
+void CudaDevice::wait_stream(cudaStream_t st, const char* what) {
+  poll([st] { return cudaStreamQuery(st); }, what);
+}
+
+void CudaDevice::cancel_waits(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lk(cancel_mu_);
+    if (cancel_why_.empty()) cancel_why_ = why;
+  }
+  cancelled_.store(true);
+}
+
+std::unique_ptr<StreamTimer> CudaDevice::make_timer(StreamKind s) {
+  return std::make_unique<CudaStreamTimer>(*this, s == StreamKind::Comm ? comm_ : compute_);
 }
 
 void* CudaDevice::workspace(size_t bytes) {
   if (bytes > ws_bytes_) {
-    CUDA_CHECK(cudaStreamSynchronize(compute_));  // the old workspace may still be in use
+    wait_stream(compute_, "growing the cuDNN workspace");  // the old one may still be in use
     if (ws_) CUDA_CHECK(cudaFree(ws_));
     ws_ = nullptr;
     ws_bytes_ = 0;
@@ -211,9 +404,9 @@ void* CudaDevice::workspace(size_t bytes) {
 const uint8_t* CudaDevice::stage_bytes(const uint8_t* host, size_t n) {
   Stage& st = stages_[next_stage_];
   next_stage_ = (next_stage_ + 1) % kStages;
-  if (st.used) CUDA_CHECK(cudaEventSynchronize(st.ev));
+  if (st.used) wait_event(st.ev, "data loading (staging slot)");
   if (n > st.bytes) {
-    CUDA_CHECK(cudaStreamSynchronize(compute_));  // kernels may still read the old device buffer
+    wait_stream(compute_, "data loading");  // kernels may still read the old device buffer
     if (st.pinned) CUDA_CHECK(cudaFreeHost(st.pinned));
     if (st.dev) CUDA_CHECK(cudaFree(st.dev));
     st.pinned = st.dev = nullptr;
@@ -234,7 +427,9 @@ const uint8_t* CudaDevice::stage_bytes(const uint8_t* host, size_t n) {
 // ---- communication ----
 
 bool CudaDevice::accessible(const void* p) const {
-  cudaPointerAttributes a{};
+  if (const int g = allocations().gpu_of(p); g >= 0)
+    return size_t(g) < peer_ok_.size() && peer_ok_[g];
+  cudaPointerAttributes a{};  // not from CudaDevice::alloc: ask the driver
   CUDA_CHECK(cudaPointerGetAttributes(&a, p));
   DPB_CHECK(a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged,
             "comm op on cuda:" << gpu_ << " (rank " << rank_ << "): pointer " << p
@@ -245,7 +440,7 @@ bool CudaDevice::accessible(const void* p) const {
 
 float* CudaDevice::comm_scratch(size_t n) {
   if (n > scratch_n_) {
-    CUDA_CHECK(cudaStreamSynchronize(comm_));  // the old scratch may still be in use
+    wait_stream(comm_, "growing the comm staging buffer");  // the old one may still be in use
     if (scratch_) CUDA_CHECK(cudaFree(scratch_));
     scratch_ = nullptr;
     scratch_n_ = 0;
@@ -261,6 +456,7 @@ void CudaDevice::comm_copy(float* dst, const float* src, size_t n) {
   bind();
   // UVA: same GPU, peer GPU over NVLink/PCIe, or staged by the driver when peers are not enabled.
   CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, comm_));
+  op_done("comm_copy", comm_);
 }
 
 void CudaDevice::comm_reduce(float* dst, const float* src, size_t n) {
@@ -289,6 +485,7 @@ void CudaDevice::comm_reduce(float* dst, const float* src, size_t n) {
   CUDA_CHECK_LAUNCH("reduce_add_kernel (comm_reduce)");
   if (!dst_ok)
     CUDA_CHECK(cudaMemcpyAsync(dst, d, n * sizeof(float), cudaMemcpyDefault, comm_));
+  op_done("comm_reduce", comm_);
 }
 
 void CudaDevice::comm_wait_compute() {
@@ -333,7 +530,7 @@ void CudaDevice::comm_wait_peer(Device& peer) {
 
 void CudaDevice::comm_synchronize() {
   bind();
-  CUDA_CHECK(cudaStreamSynchronize(comm_));
+  wait_stream(comm_, "comm_synchronize");
 }
 
 // ---- factories ----

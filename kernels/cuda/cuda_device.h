@@ -14,7 +14,10 @@
 #include <atomic>
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -34,7 +37,11 @@ int grid_for(size_t n, int block);  // blocks for a grid-stride loop over n elem
 // y[i] += b[(i / inner) % channels] for i < total (conv: inner = h*w; dense: inner = 1).
 void add_bias(float* y, const float* b, size_t total, int inner, int channels, cudaStream_t st);
 // db[c] = sum over outer o and inner j of dy[(o * channels + c) * inner + j]; db overwritten.
-void channel_sum(const float* dy, float* db, int outer, int channels, int inner, cudaStream_t st);
+// Two passes when outer * inner is large: partial sums of slices into scratch (at least
+// channel_sum_scratch(...) floats), then a fixed-order sum of the slices. Deterministic.
+size_t channel_sum_scratch(int outer, int channels, int inner);
+void channel_sum(const float* dy, float* db, int outer, int channels, int inner, float* scratch,
+                 cudaStream_t st);
 void fill(float* dst, float value, size_t n, cudaStream_t st);
 }  // namespace cuda_kernels
 
@@ -63,6 +70,14 @@ class CudaDevice final : public Device {
   bool tf32() const { return tf32_; }
   cudaStream_t compute_stream() const { return compute_; }
   cudaStream_t comm_stream() const { return comm_; }  // NCCL runs here
+  // Host waits poll (cudaEventQuery / cudaStreamQuery) instead of blocking in the driver, so that
+  // a failed peer (cancel_waits) or an NCCL error on this rank's communicator cannot hang the
+  // calling thread; they throw dpb::Error naming `what` instead.
+  void wait_event(cudaEvent_t ev, const char* what);
+  void wait_stream(cudaStream_t st, const char* what);
+  // The NCCL communicator of this rank (nullptr: none), polled for asynchronous errors while the
+  // host waits. Set by the nccl all-reduce for its lifetime.
+  void set_nccl_comm(ncclComm_t comm) { nccl_comm_.store(comm); }
 
   float* alloc(size_t n, const char* what) override;
   void release(float* p) override;
@@ -111,6 +126,8 @@ class CudaDevice final : public Device {
   void comm_record() override;
   void comm_wait_peer(Device& peer) override;
   void comm_synchronize() override;
+  void cancel_waits(const std::string& why) override;
+  std::unique_ptr<StreamTimer> make_timer(StreamKind s) override;
 
  private:
   using ConvKey = std::array<int, 9>;
@@ -124,6 +141,21 @@ class CudaDevice final : public Device {
   const uint8_t* stage_bytes(const uint8_t* host, size_t n);
   bool accessible(const void* p) const;  // can this GPU's kernels dereference p directly?
   float* comm_scratch(size_t n);         // comm-stream scratch, grown as needed
+  void poll(const std::function<cudaError_t()>& query, const char* what);
+  // DPB_CUDA_SYNC=1: wait for stream st after every op and report a kernel fault against `op`
+  // (otherwise it surfaces at some later call).
+  void op_done(const char* op, cudaStream_t st) {
+    if (sync_each_op_) wait_stream(st, op);
+  }
+  // Batch norm descriptors of one (n, c, hw), made once (batchnorm_cudnn.cu).
+  struct BnDescs {
+    cudnnTensorDescriptor_t x = nullptr, stats = nullptr;
+    explicit BnDescs(const BnShape& s);
+    ~BnDescs();
+    BnDescs(const BnDescs&) = delete;
+    BnDescs& operator=(const BnDescs&) = delete;
+  };
+  BnDescs& bn_descs(const BnShape& s);
 
   int rank_, gpu_;
   bool tf32_;
@@ -156,6 +188,13 @@ class CudaDevice final : public Device {
   int next_stage_ = 0;
   float* scratch_ = nullptr;    // comm staging (device-local), in floats
   size_t scratch_n_ = 0;
+  std::map<std::array<int, 3>, std::unique_ptr<BnDescs>> bn_descs_;  // (n, c, hw)
+  bool sync_each_op_ = false;   // DPB_CUDA_SYNC=1
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> leak_warned_{false};
+  std::mutex cancel_mu_;
+  std::string cancel_why_;
+  std::atomic<ncclComm_t> nccl_comm_{nullptr};
 };
 
 }  // namespace dpb

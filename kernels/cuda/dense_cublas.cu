@@ -31,6 +31,7 @@ void CudaDevice::dense_forward(int n, int in, int out, const float* x, const flo
   bind();
   gemm(cublas_, tf32_, CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, w, out, x, in, y, out);
   if (b) cuda_kernels::add_bias(y, b, size_t(n) * out, 1, out, compute_);
+  op_done("dense_forward", compute_);
 }
 
 void CudaDevice::dense_backward(int n, int in, int out, const float* x, const float* w,
@@ -40,7 +41,12 @@ void CudaDevice::dense_backward(int n, int in, int out, const float* x, const fl
   bind();
   if (dx) gemm(cublas_, tf32_, CUBLAS_OP_T, CUBLAS_OP_N, in, n, out, w, out, dy, out, dx, in);
   if (dw) gemm(cublas_, tf32_, CUBLAS_OP_N, CUBLAS_OP_T, out, in, n, dy, out, x, in, dw, out);
-  if (db) cuda_kernels::channel_sum(dy, db, n, out, 1, compute_);
+  if (db) {
+    const size_t scr = cuda_kernels::channel_sum_scratch(n, out, 1);
+    float* scratch = scr ? static_cast<float*>(workspace(scr * sizeof(float))) : nullptr;
+    cuda_kernels::channel_sum(dy, db, n, out, 1, scratch, compute_);
+  }
+  op_done("dense_backward", compute_);
 }
 
 }  // namespace dpb

@@ -46,19 +46,36 @@ __global__ void add_bias_kernel(float* y, const float* b, size_t total, int inne
   DPB_GRID_STRIDE(i, total) y[i] += b[(i / inner) % channels];
 }
 
-// One block per channel c: db[c] = sum over (o, j) of dy[(o * channels + c) * inner + j], the
-// block's threads striding over the flattened (o, j). Deterministic (fixed order), no atomics.
-__global__ void channel_sum_kernel(const float* dy, float* db, int outer, int channels,
-                                   int inner) {
-  int c = blockIdx.x;
-  size_t count = size_t(outer) * inner;
+// Block (s, c) sums slice s of channel c's outer * inner values: db[c] directly when there is one
+// slice, else partial[c * slices + s]. Threads stride over the flattened (o, j). Fixed order, no
+// atomics: deterministic.
+__global__ void channel_sum_kernel(const float* dy, float* out, int outer, int channels, int inner,
+                                   size_t slice) {
+  const int s = blockIdx.x, c = blockIdx.y;
+  const size_t count = size_t(outer) * inner;
+  const size_t lo = size_t(s) * slice, hi = lo + slice < count ? lo + slice : count;
   float acc = 0.f;
-  for (size_t idx = threadIdx.x; idx < count; idx += blockDim.x) {
+  for (size_t idx = lo + threadIdx.x; idx < hi; idx += blockDim.x) {
     size_t o = idx / inner, j = idx - o * inner;
     acc += dy[(o * channels + c) * inner + j];
   }
   acc = block_sum(acc);
+  if (threadIdx.x == 0) out[size_t(c) * gridDim.x + s] = acc;
+}
+
+// Second pass: db[c] = sum of channel c's `slices` partial sums (one block per channel).
+__global__ void sum_slices_kernel(const float* partial, float* db, int slices) {
+  const int c = blockIdx.x;
+  float acc = 0.f;
+  for (int s = threadIdx.x; s < slices; s += blockDim.x) acc += partial[size_t(c) * slices + s];
+  acc = block_sum(acc);
   if (threadIdx.x == 0) db[c] = acc;
+}
+
+// Slices per channel: one per 16K values, at most 64 (a single pass below 32K values).
+int channel_slices(int outer, int inner) {
+  const size_t count = size_t(outer) * inner;
+  return int(std::clamp<size_t>(count / 16384, 1, 64));
 }
 
 }  // namespace
@@ -80,11 +97,27 @@ void add_bias(float* y, const float* b, size_t total, int inner, int channels, c
   CUDA_CHECK_LAUNCH("add_bias_kernel");
 }
 
-void channel_sum(const float* dy, float* db, int outer, int channels, int inner,
+size_t channel_sum_scratch(int outer, int channels, int inner) {
+  const int slices = channel_slices(outer, inner);
+  return slices > 1 ? size_t(channels) * slices : 0;
+}
+
+void channel_sum(const float* dy, float* db, int outer, int channels, int inner, float* scratch,
                  cudaStream_t st) {
   if (channels <= 0) return;
-  channel_sum_kernel<<<channels, kBlock, 0, st>>>(dy, db, outer, channels, inner);
-  CUDA_CHECK_LAUNCH("channel_sum_kernel");
+  const int slices = channel_slices(outer, inner);
+  const size_t count = size_t(outer) * inner, slice = (count + slices - 1) / slices;
+  if (slices == 1) {
+    channel_sum_kernel<<<dim3(1, channels), kBlock, 0, st>>>(dy, db, outer, channels, inner, slice);
+    CUDA_CHECK_LAUNCH("channel_sum_kernel");
+    return;
+  }
+  DPB_CHECK(scratch, "channel_sum: " << slices << " slices need scratch");
+  channel_sum_kernel<<<dim3(slices, channels), kBlock, 0, st>>>(dy, scratch, outer, channels,
+                                                                inner, slice);
+  CUDA_CHECK_LAUNCH("channel_sum_kernel (slices)");
+  sum_slices_kernel<<<channels, 64, 0, st>>>(scratch, db, slices);
+  CUDA_CHECK_LAUNCH("sum_slices_kernel");
 }
 
 }  // namespace cuda_kernels
@@ -99,6 +132,7 @@ void CudaDevice::load_images(float* dst, const uint8_t* host, size_t n) {
   cuda_kernels::bytes_to_float_kernel<<<grid_for(n, kBlock), kBlock, 0, compute_>>>(dst, bytes,
                                                                                    255.f, n);
   CUDA_CHECK_LAUNCH("bytes_to_float_kernel (load_images)");
+  op_done("load_images", compute_);
 }
 
 void CudaDevice::load_labels(float* dst, const uint8_t* host, size_t n) {
@@ -108,6 +142,7 @@ void CudaDevice::load_labels(float* dst, const uint8_t* host, size_t n) {
   cuda_kernels::bytes_to_float_kernel<<<grid_for(n, kBlock), kBlock, 0, compute_>>>(dst, bytes,
                                                                                    1.f, n);
   CUDA_CHECK_LAUNCH("bytes_to_float_kernel (load_labels)");
+  op_done("load_labels", compute_);
 }
 
 void CudaDevice::relu_forward(const float* x, float* y, size_t n) {
@@ -115,6 +150,7 @@ void CudaDevice::relu_forward(const float* x, float* y, size_t n) {
   bind();
   cuda_kernels::relu_forward_kernel<<<grid_for(n, kBlock), kBlock, 0, compute_>>>(x, y, n);
   CUDA_CHECK_LAUNCH("relu_forward_kernel");
+  op_done("relu_forward", compute_);
 }
 
 void CudaDevice::relu_backward(const float* y, const float* dy, float* dx, size_t n) {
@@ -122,6 +158,7 @@ void CudaDevice::relu_backward(const float* y, const float* dy, float* dx, size_
   bind();
   cuda_kernels::relu_backward_kernel<<<grid_for(n, kBlock), kBlock, 0, compute_>>>(y, dy, dx, n);
   CUDA_CHECK_LAUNCH("relu_backward_kernel");
+  op_done("relu_backward", compute_);
 }
 
 void CudaDevice::axpy(float a, const float* x, float* y, size_t n) {
@@ -129,6 +166,7 @@ void CudaDevice::axpy(float a, const float* x, float* y, size_t n) {
   bind();
   cuda_kernels::axpy_kernel<<<grid_for(n, kBlock), kBlock, 0, compute_>>>(a, x, y, n);
   CUDA_CHECK_LAUNCH("axpy_kernel");
+  op_done("axpy", compute_);
 }
 
 void CudaDevice::sgd_step(float* w, const float* g, float lr, size_t n) {
@@ -136,6 +174,7 @@ void CudaDevice::sgd_step(float* w, const float* g, float lr, size_t n) {
   bind();
   cuda_kernels::sgd_kernel<<<grid_for(n, kBlock), kBlock, 0, compute_>>>(w, g, lr, n);
   CUDA_CHECK_LAUNCH("sgd_kernel");
+  op_done("sgd_step", compute_);
 }
 
 }  // namespace dpb

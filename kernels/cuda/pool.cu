@@ -80,6 +80,7 @@ void CudaDevice::avgpool_forward(const PoolShape& s, const float* x, float* y) {
   avgpool_forward_kernel<<<cuda_kernels::grid_for(total, kBlock), kBlock, 0, compute_>>>(
       x, y, total, s.h, s.w, s.oh(), s.ow(), s.win, s.stride);
   CUDA_CHECK_LAUNCH("avgpool_forward_kernel");
+  op_done("avgpool_forward", compute_);
 }
 
 void CudaDevice::avgpool_backward(const PoolShape& s, const float* dy, float* dx) {
@@ -89,6 +90,7 @@ void CudaDevice::avgpool_backward(const PoolShape& s, const float* dy, float* dx
   avgpool_backward_kernel<<<cuda_kernels::grid_for(total, kBlock), kBlock, 0, compute_>>>(
       dy, dx, total, s.h, s.w, s.oh(), s.ow(), s.win, s.stride);
   CUDA_CHECK_LAUNCH("avgpool_backward_kernel");
+  op_done("avgpool_backward", compute_);
 }
 
 void CudaDevice::gap_forward(int n, int c, int hw, const float* x, float* y) {
@@ -98,6 +100,7 @@ void CudaDevice::gap_forward(int n, int c, int hw, const float* x, float* y) {
   size_t blocks = (rows * 32 + kBlock - 1) / kBlock;
   gap_forward_kernel<<<unsigned(blocks), kBlock, 0, compute_>>>(x, y, rows, hw);
   CUDA_CHECK_LAUNCH("gap_forward_kernel");
+  op_done("gap_forward", compute_);
 }
 
 void CudaDevice::gap_backward(int n, int c, int hw, const float* dy, float* dx) {
@@ -107,6 +110,7 @@ void CudaDevice::gap_backward(int n, int c, int hw, const float* dy, float* dx) 
   gap_backward_kernel<<<cuda_kernels::grid_for(total, kBlock), kBlock, 0, compute_>>>(dy, dx,
                                                                                      total, hw);
   CUDA_CHECK_LAUNCH("gap_backward_kernel");
+  op_done("gap_backward", compute_);
 }
 
 }  // namespace dpb

@@ -83,6 +83,7 @@ void CudaDevice::softmax_xent(int n, int classes, const float* logits, const flo
   softmax_xent_kernel<<<blocks, kBlock, 0, compute_>>>(n, classes, logits, labels, scale, dlogits,
                                                        stats);
   CUDA_CHECK_LAUNCH("softmax_xent_kernel");
+  op_done("softmax_xent", compute_);
 }
 
 }  // namespace dpb

@@ -26,6 +26,11 @@ std::unique_ptr<Device> make_cuda(int rank, const DeviceOptions& o) {
   return make_cuda_device(rank, rank % ngpu, o.tf32);
 }
 
+std::string async_unavailable() { return ""; }
+std::unique_ptr<Device> make_async(int rank, const DeviceOptions& o) {
+  return make_async_device(rank, o.threads);
+}
+
 }  // namespace
 
 const std::vector<BackendEntry>& backends() {
@@ -34,6 +39,9 @@ const std::vector<BackendEntry>& backends() {
        BackendKind::Cpu, cpu_unavailable, make_cpu},
       {"cuda", "cuDNN/cuBLAS kernels, rank r on GPU r mod count, comm and compute streams",
        BackendKind::Cuda, cuda_unavailable, make_cuda},
+      {"async", "test backend: the CPU kernels run later on per-stream worker threads with random "
+                "delays, as GPU streams would (kernels/async; DPB_ASYNC_SEED replays a run)",
+       BackendKind::Async, async_unavailable, make_async},
   };
   return table;
 }

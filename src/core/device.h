@@ -9,7 +9,8 @@
 // above "communication") run in order on the compute stream; comm_* ops run in order on the comm
 // stream. On the CPU backend both are synchronous on the calling thread (the comm "stream" is the
 // rank's communication thread when overlap is on); on CUDA they are real streams, and the event
-// calls below order them.
+// calls below order them. The async test backend (kernels/async) runs the CPU kernels on one
+// worker thread per stream with random delays, so a missing ordering call fails in CI.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,7 +20,21 @@
 
 namespace dpb {
 
-enum class BackendKind { Cpu, Cuda };
+enum class BackendKind { Cpu, Cuda, Async };
+enum class StreamKind { Compute, Comm };
+
+// Time spent by work on one stream of a device, on the device's clock: begin() and end() bracket
+// work issued on that stream (CUDA: events recorded on it; async: stamps taken by its worker;
+// CPU: the host clock, since ops complete when they return). seconds() returns the sum over the
+// intervals ended since the last reset(), waiting for them to complete. One timer per thread.
+class StreamTimer {
+ public:
+  virtual ~StreamTimer() = default;
+  virtual void begin() = 0;
+  virtual void end() = 0;
+  virtual double seconds() = 0;
+  virtual void reset() = 0;
+};
 
 struct ConvShape {  // x (n, c, h, w) * w (k, c, r, s) -> y (n, k, oh, ow); bias (k)
   int n = 0, c = 0, h = 0, w = 0, k = 0, r = 0, s = 0, pad = 0, stride = 1;
@@ -124,6 +139,13 @@ class Device {
   // every transfer then pays the link's latency, so algorithms should not cut messages into
   // pieces for the caches' sake.
   virtual bool comm_paced() const { return false; }
+
+  // Another rank failed: host waits of this device (synchronize, download, ...) throw instead of
+  // waiting for work that may never finish (e.g. a collective the failed rank never joined).
+  // Called by CommGroup::abort. CPU: ops are synchronous, nothing to wake.
+  virtual void cancel_waits(const std::string& why) { (void)why; }
+  // A timer for work issued on stream s (see StreamTimer). Default: the host clock.
+  virtual std::unique_ptr<StreamTimer> make_timer(StreamKind s);
 };
 
 // Owns a device buffer; movable, not copyable.
@@ -157,5 +179,8 @@ std::unique_ptr<Device> make_cpu_device(int rank, int threads);
 std::unique_ptr<Device> make_cuda_device(int rank, int gpu, bool tf32);
 int cuda_device_count();  // 0 when not built with CUDA or no GPU/driver
 bool cuda_built();
+// The asynchronous test device (kernels/async/async_device.h): CPU kernels run later on a worker
+// thread per stream, in any order the ordering calls allow, with seeded random delays.
+std::unique_ptr<Device> make_async_device(int rank, int threads);
 
 }  // namespace dpb

@@ -40,6 +40,7 @@ Replica make_replica(Device& dev, const std::string& model, int max_batch,
   rep.host_y.resize(mb);
   rep.sync = std::make_unique<GradSync>(sync, rep.model->param_sizes(), ar, dev, dev.rank(),
                                         rep.g.get());
+  rep.data_timer = dev.make_timer(StreamKind::Compute);  // CUDA: events, not host time
   return rep;
 }
 
@@ -57,16 +58,22 @@ void load_batch(Replica& rep, const uint8_t* images, const uint8_t* labels, int 
   rep.dev->load_labels(rep.y.get(), labels, size_t(n));
 }
 
-void load_examples(Replica& rep, const Split& split, const int* idx, int n) {
-  NvtxRange nv("data");
-  const auto t0 = std::chrono::steady_clock::now();
+namespace {
+void gather_and_load(Replica& rep, const Split& split, const int* idx, int n) {
   for (int i = 0; i < n; ++i) {
     std::copy_n(split.images.data() + size_t(idx[i]) * kPixels, kPixels,
                 rep.host_x.data() + size_t(i) * kPixels);
     rep.host_y[i] = split.labels[idx[i]];
   }
   load_batch(rep, rep.host_x.data(), rep.host_y.data(), n);
-  rep.data_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+void load_examples(Replica& rep, const Split& split, const int* idx, int n) {
+  NvtxRange nv("data");
+  rep.data_timer->begin();
+  gather_and_load(rep, split, idx, n);
+  rep.data_timer->end();
 }
 
 void step_forward(Replica& rep, int n, float loss_scale) {
@@ -112,7 +119,7 @@ void train_step(Replica& rep, int n, int global_batch, float lr) {
 void begin_epoch(Replica& rep) {
   rep.dev->fill(rep.stats.get(), 0.0f, 2);
   rep.sync->reset_times();
-  rep.data_s = 0;
+  rep.data_timer->reset();
 }
 
 void end_epoch(Replica& rep) {
@@ -141,8 +148,8 @@ EpochStats epoch_stats(const std::vector<Replica>& reps, int steps, int examples
   st.comm_s = t.comm_s;
   st.exposed_comm_s = t.exposed_s;
   st.comm_calls = t.calls;
-  st.data_s = r0.data_s;
-  st.compute_s = std::max(0.0, epoch_s - r0.data_s - t.exposed_s);
+  st.data_s = r0.data_timer->seconds();
+  st.compute_s = std::max(0.0, epoch_s - st.data_s - t.exposed_s);
   return st;
 }
 
@@ -150,17 +157,15 @@ double evaluate(Replica& rep, const Split& split) {
   NvtxRange nv("evaluate");
   Device& dev = *rep.dev;
   const int batch = rep.model->max_batch();
-  const double data_s = rep.data_s;  // evaluation's loading is not training's data time
   dev.fill(rep.stats.get(), 0.0f, 2);
   std::vector<int> idx(batch);
   for (int i0 = 0; i0 < split.n; i0 += batch) {
     const int n = std::min(batch, split.n - i0);
     for (int i = 0; i < n; ++i) idx[i] = i0 + i;
-    load_examples(rep, split, idx.data(), n);
+    gather_and_load(rep, split, idx.data(), n);  // untimed: not training's data time
     const float* logits = rep.model->forward(rep.w.get(), rep.x.get(), n, false);
     dev.softmax_xent(n, kClasses, logits, rep.y.get(), 1.0f, nullptr, rep.stats.get());
   }
-  rep.data_s = data_s;
   float ev[2];
   dev.download(ev, rep.stats.get(), 2);
   return ev[1] / split.n;

@@ -52,7 +52,7 @@ struct Replica {
   std::vector<uint8_t> host_x, host_y;  // staging for a batch
   std::vector<float> host_w;            // end-of-epoch copy for the replica check
   float host_stats[2] = {0, 0};         // end-of-epoch {loss sum, correct}
-  double data_s = 0;                    // data loading time this epoch
+  std::unique_ptr<StreamTimer> data_timer;  // training data loading, on the compute stream
   size_t num_params() const { return model->num_floats(); }
 };
 
@@ -65,7 +65,7 @@ void broadcast_params(Replica& rep, CommGroup& group);
 
 // Data: n examples (uint8 pixels, labels) from the host into the replica's batch buffers.
 void load_batch(Replica& rep, const uint8_t* images, const uint8_t* labels, int n);
-// Examples idx[0..n) of split (gathered on the host, then load_batch); adds its time to data_s.
+// Examples idx[0..n) of split (gathered on the host, then load_batch), timed by data_timer.
 void load_examples(Replica& rep, const Split& split, const int* idx, int n);
 
 // The step, in four parts. n: this rank's examples (may be 0: it then contributes zero
