@@ -33,9 +33,9 @@ namespace dpb {
 class HostBarrier {
  public:
   // spin_ns: how long a waiter polls before it sleeps (0: sleep at once, after libstdc++'s
-  // brief spin). Polling saves the wake-up of a sleeping thread (measured 20-70 us on a 2-core
-  // VM: 4 KB ring all-reduce k=2 took 5-72 us sleeping, 3 us polling for up to 100 us), but
-  // burns a core that another thread may need: use it only when every waiter has a core.
+  // brief spin). Polling saves the wake-up of a sleeping thread (tens of microseconds: see
+  // docs/decisions.md, "barrier polling"), but burns a core that another thread may need: use it
+  // only when every waiter has a core.
   explicit HostBarrier(int k, long spin_ns = 0) : k_(k), spin_ns_(spin_ns) {}
   bool arrive_and_wait();
   void abort();

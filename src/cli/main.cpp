@@ -113,17 +113,17 @@ int run_info() {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"dpbench: data-parallel training benchmarks (LeNet and ResNet-18 on Fashion-MNIST)"};
-  app.require_subcommand(1);
+// `dpbench train`'s flags, parsed into one place.
+struct TrainArgs {
   TrainConfig cfg;
   std::string data_dir, csv, dump, sync_mode = "fused", overlap = "off", backend = "auto";
   int train_limit = 0, test_limit = 0;
   bool quiet = false;
+};
 
-  auto* tr = app.add_subcommand("train", "train a model data-parallel and report per epoch");
+CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
+  TrainConfig& cfg = a.cfg;
+  CLI::App* tr = app.add_subcommand("train", "train a model data-parallel and report per epoch");
   tr->footer(
       "Models:\n" + entry_help(models()) + "Backends:\n" + entry_help(backends()) +
       "All-reduce algorithms (where they run):\n" + allreduce_table_help() +
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(entry_name_list(models())))->capture_default_str();
   std::vector<std::string> backend_names = {"auto"};
   for (const auto& b : backends()) backend_names.push_back(b.name);
-  tr->add_option("--backend", backend,
+  tr->add_option("--backend", a.backend,
                  choices(backends(), "auto | ", "(auto: cuda when built and a GPU is found)"))
       ->check(CLI::IsMember(backend_names))->capture_default_str();
   tr->add_option("--devices", cfg.devices, "number of logical devices (ranks)")
@@ -155,9 +155,9 @@ int main(int argc, char** argv) {
   tr->add_option("--tune-file", cfg.tune_file,
                  "--allreduce auto: tuning table (JSON from scripts/tune_allreduce.py; default: "
                  "the compiled-in collectives/tuning/default.json)");
-  tr->add_option("--grad-sync", sync_mode, choices(sync_modes(), "", "(see below)"))
+  tr->add_option("--grad-sync", a.sync_mode, choices(sync_modes(), "", "(see below)"))
       ->check(CLI::IsMember(entry_name_list(sync_modes())))->capture_default_str();
-  tr->add_option("--overlap", overlap, "on | off: all-reduce gradients while backward runs")
+  tr->add_option("--overlap", a.overlap, "on | off: all-reduce gradients while backward runs")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   tr->add_option("--bucket-mb", cfg.sync.bucket_mb, "bucket cap in MB (1e6 bytes) for bucketed")
       ->check(CLI::PositiveNumber)->capture_default_str();
@@ -171,18 +171,28 @@ int main(int argc, char** argv) {
                  "emulated link: latency of each transfer between ranks, us (0: none)")
       ->capture_default_str();
   tr->add_flag("--tf32", cfg.tf32, "allow TF32 tensor-core math (CUDA backend)");
-  tr->add_option("--train-limit", train_limit, "use only the first N training examples (0: all)")
+  tr->add_option("--train-limit", a.train_limit, "use only the first N training examples (0: all)")
       ->check(CLI::NonNegativeNumber);
-  tr->add_option("--test-limit", test_limit, "use only the first N test examples (0: all)")
+  tr->add_option("--test-limit", a.test_limit, "use only the first N test examples (0: all)")
       ->check(CLI::NonNegativeNumber);
-  tr->add_option("--data-dir", data_dir,
+  tr->add_option("--data-dir", a.data_dir,
                  "Fashion-MNIST IDX directory (default: $DPBENCH_DATA, else "
                  "/usr/share/datasets/fashion-mnist)");
-  tr->add_option("--csv", csv,
+  tr->add_option("--csv", a.csv,
                  "append one row per epoch to this CSV as each epoch ends (header written once)");
-  tr->add_option("--dump-params", dump,
+  tr->add_option("--dump-params", a.dump,
                  "write replica 0's final parameters as raw little-endian float32, model order");
-  tr->add_flag("--quiet", quiet, "no per-epoch lines on stdout");
+  tr->add_flag("--quiet", a.quiet, "no per-epoch lines on stdout");
+  return tr;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dpbench: data-parallel training benchmarks (LeNet and ResNet-18 on Fashion-MNIST)"};
+  app.require_subcommand(1);
+  TrainArgs train_args;
+  add_train_command(app, train_args);
   auto* info = app.add_subcommand(
       "info", "print this machine and build (CPU, memory, OS, compiler, library versions, GPUs, "
               "commit) as JSON");
@@ -207,10 +217,11 @@ int main(int argc, char** argv) {
     if (info->parsed()) return run_info();
     if (project->parsed()) return run_project(project_args);
     if (selftest_cmd->parsed()) return run_selftest(selftest);
-    cfg.backend = backend;
-    cfg.sync.mode = parse_sync_mode(sync_mode);
-    cfg.sync.overlap = overlap == "on";
-    return run_train(cfg, data_dir, train_limit, test_limit, csv, dump, quiet);
+    TrainArgs& t = train_args;
+    t.cfg.backend = t.backend;
+    t.cfg.sync.mode = parse_sync_mode(t.sync_mode);
+    t.cfg.sync.overlap = t.overlap == "on";
+    return run_train(t.cfg, t.data_dir, t.train_limit, t.test_limit, t.csv, t.dump, t.quiet);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dpbench: error: %s\n", e.what());
     return 2;
