@@ -12,6 +12,7 @@
 #include "collectives/registry.h"
 #include "collectives/tuning.h"
 #include "src/core/check.h"
+#include "src/core/forwarding_device.h"
 
 namespace dpb {
 
@@ -98,10 +99,10 @@ void sleep_until(LinkFabric::Clock::time_point t) {
   std::this_thread::sleep_until(t);
 }
 
-class LinkDevice final : public Device {
+class LinkDevice final : public ForwardingDevice {
  public:
   LinkDevice(std::unique_ptr<Device> inner, std::shared_ptr<LinkFabric> fabric)
-      : in_(std::move(inner)), fab_(std::move(fabric)), rank_(in_->rank()) {
+      : ForwardingDevice(std::move(inner)), fab_(std::move(fabric)), rank_(in_->rank()) {
     DPB_CHECK(in_->kind() == BackendKind::Cpu,
               "the emulated link (--link-gbps / --link-latency-us) needs the CPU backend: a host "
               "sleep cannot pace a GPU stream (device " << in_->name() << ")");
@@ -109,7 +110,6 @@ class LinkDevice final : public Device {
               "emulated link: rank " << rank_ << " outside the fabric's " << fab_->size()
                                      << " ranks");
   }
-  BackendKind kind() const override { return in_->kind(); }
   int rank() const override { return rank_; }
   std::string name() const override { return in_->name() + " + link " + fab_->spec().label(); }
   bool comm_paced() const override { return true; }
@@ -123,77 +123,12 @@ class LinkDevice final : public Device {
     fab_->remove_memory(p);
     in_->release(p);
   }
-  void upload(float* d, const float* h, size_t n) override { in_->upload(d, h, n); }
-  void download(float* h, const float* s, size_t n) override { in_->download(h, s, n); }
-  void fill(float* d, float v, size_t n) override { in_->fill(d, v, n); }
-  void copy(float* d, const float* s, size_t n) override { in_->copy(d, s, n); }
-  void load_images(float* d, const uint8_t* h, size_t n) override { in_->load_images(d, h, n); }
-  void load_labels(float* d, const uint8_t* h, size_t n) override { in_->load_labels(d, h, n); }
-  void synchronize() override { in_->synchronize(); }
-
-  void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
-                      float* y) override { in_->conv2d_forward(s, x, w, b, y); }
-  void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                       float* dx, float* dw, float* db) override {
-    in_->conv2d_backward(s, x, w, dy, dx, dw, db);
-  }
-  void avgpool_forward(const PoolShape& s, const float* x, float* y) override {
-    in_->avgpool_forward(s, x, y);
-  }
-  void avgpool_backward(const PoolShape& s, const float* dy, float* dx) override {
-    in_->avgpool_backward(s, dy, dx);
-  }
-  void gap_forward(int n, int c, int hw, const float* x, float* y) override {
-    in_->gap_forward(n, c, hw, x, y);
-  }
-  void gap_backward(int n, int c, int hw, const float* dy, float* dx) override {
-    in_->gap_backward(n, c, hw, dy, dx);
-  }
-  void relu_forward(const float* x, float* y, size_t n) override { in_->relu_forward(x, y, n); }
-  void relu_backward(const float* y, const float* dy, float* dx, size_t n) override {
-    in_->relu_backward(y, dy, dx, n);
-  }
-  void dense_forward(int n, int i, int o, const float* x, const float* w, const float* b,
-                     float* y) override { in_->dense_forward(n, i, o, x, w, b, y); }
-  void dense_backward(int n, int i, int o, const float* x, const float* w, const float* dy,
-                      float* dx, float* dw, float* db) override {
-    in_->dense_backward(n, i, o, x, w, dy, dx, dw, db);
-  }
-  void softmax_xent(int n, int c, const float* l, const float* y, float scale, float* dl,
-                    float* st) override { in_->softmax_xent(n, c, l, y, scale, dl, st); }
-  void batchnorm_forward_train(const BnShape& s, const float* x, const float* g, const float* b,
-                               float* y, float* rm, float* rv, float* sm, float* si) override {
-    in_->batchnorm_forward_train(s, x, g, b, y, rm, rv, sm, si);
-  }
-  void batchnorm_forward_infer(const BnShape& s, const float* x, const float* g, const float* b,
-                               const float* rm, const float* rv, float* y) override {
-    in_->batchnorm_forward_infer(s, x, g, b, rm, rv, y);
-  }
-  void batchnorm_backward(const BnShape& s, const float* x, const float* dy, const float* g,
-                          const float* sm, const float* si, float* dx, float* dg,
-                          float* db) override {
-    in_->batchnorm_backward(s, x, dy, g, sm, si, dx, dg, db);
-  }
-  void axpy(float a, const float* x, float* y, size_t n) override { in_->axpy(a, x, y, n); }
-  void sgd_step(float* w, const float* g, float lr, size_t n) override {
-    in_->sgd_step(w, g, lr, n);
-  }
-
   void comm_copy(float* dst, const float* src, size_t n) override {
     paced(dst, src, n, [&] { in_->comm_copy(dst, src, n); });
   }
   void comm_reduce(float* dst, const float* src, size_t n) override {
     paced(dst, src, n, [&] { in_->comm_reduce(dst, src, n); });
   }
-  void comm_wait_compute() override { in_->comm_wait_compute(); }
-  void compute_wait_comm() override { in_->compute_wait_comm(); }
-  void comm_record() override { in_->comm_record(); }
-  void comm_wait_peer(Device& peer) override { in_->comm_wait_peer(peer); }
-  void comm_synchronize() override { in_->comm_synchronize(); }
-  int compute_mark() override { return in_->compute_mark(); }
-  void comm_wait_mark(int token) override { in_->comm_wait_mark(token); }
-  void cancel_waits(const std::string& why) override { in_->cancel_waits(why); }
-  std::unique_ptr<StreamTimer> make_timer(StreamKind s) override { return in_->make_timer(s); }
 
  private:
   // A transfer between two ranks: book it, do the real work, sleep until the link delivers.
@@ -209,7 +144,6 @@ class LinkDevice final : public Device {
     sleep_until(done);
   }
 
-  std::unique_ptr<Device> in_;
   std::shared_ptr<LinkFabric> fab_;
   int rank_;
 };

@@ -16,7 +16,7 @@
 #include "src/data/dataset.h"
 #include "src/model/model.h"
 #include "src/train/trainer.h"
-#include "tests/forwarding_device.h"
+#include "src/core/forwarding_device.h"
 
 using namespace dpb;
 
