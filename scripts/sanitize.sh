@@ -21,7 +21,10 @@ steps=("$@")
 ((${#steps[@]})) || steps=(asan tsan fuzz)
 jobs=$(nproc)
 launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+if command -v ccache >/dev/null; then  # paths relative to the clone: fresh clones share the cache
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 
 configure() {  # configure DIR SANITIZERS
   [ -f "$1/build.ninja" ] && return

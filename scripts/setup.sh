@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake ninja-build git zlib1g-dev libdnnl-dev ocl-icd-opencl-dev libbenchmark-dev
       libbenchmark-tools libgtest-dev libcli11-dev nlohmann-json3-dev dataset-fashion-mnist
       python3 python3-matplotlib python3-numpy python3-scipy openmpi-bin libopenmpi-dev  # scipy: compare.py
-      clang libclang-rt-dev)  # clang + its libFuzzer/sanitizer runtimes: scripts/sanitize.sh fuzz
+      clang libclang-rt-dev  # clang + its libFuzzer/sanitizer runtimes: scripts/sanitize.sh fuzz
+      ccache)  # compiler cache: a rebuild of an unchanged file, in any clone, is a cache hit
 
 # DPB_PEERS=1: also PyTorch for the peers (./run_all.sh --peers; peers/README.md); a large download
 if [ "${DPB_PEERS:-0}" = 1 ]; then PKGS+=(python3-torch); fi
@@ -35,8 +36,14 @@ fi
 
 BUILD=${DPB_BUILD_DIR:-build}
 CUDA_OPT=${DPB_CUDA:-AUTO}
+# ccache keyed on paths relative to this clone, so CI's fresh clones share the cache
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 if [ ! -f "$BUILD/build.ninja" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPB_CUDA="$CUDA_OPT"
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPB_CUDA="$CUDA_OPT" "${launcher[@]}"
 fi
 cmake --build "$BUILD" -j "$(nproc)"
 echo "setup: built $BUILD/dpbench"
