@@ -22,6 +22,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CHECK = os.path.join(HERE, "check_regression")
+sys.path.insert(0, HERE)
+import suitelib as rs  # noqa: E402  (is_suite_csv)
 failures = []
 
 
@@ -37,8 +39,7 @@ def check(name, run_dir, base, want_rc, want_text=()):
 
 
 def suite_csvs(d):
-    return sorted(f for f in glob.glob(os.path.join(d, "*.csv"))
-                  if not os.path.basename(f).startswith(("micro-", "summary")))
+    return sorted(f for f in glob.glob(os.path.join(d, "*.csv")) if rs.is_suite_csv(f))
 
 
 def edit_rows(d, fn):

@@ -168,6 +168,14 @@ with open(os.path.join(ROOT, "scripts", "train_csv_columns.json")) as _f:
 NUMERIC = {c["name"] for c in TRAIN_CSV_COLUMNS if c["type"] == "number"}
 
 
+def is_suite_csv(path):
+    """True for a training CSV (one row per run and epoch: columns suite and scenario); False for
+    the other CSVs of a results folder (micro-*.csv, summary.csv, link-projection.csv, ...)."""
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), [])
+    return "suite" in header and "scenario" in header
+
+
 def read_rows(path):
     """Rows of a suite CSV as dicts: numeric columns as floats, blank ones (a peer's numbers that
     it does not have) as None; `impl` is "dpbench" where the column is absent (older CSVs)."""
