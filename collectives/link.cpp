@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <deque>
+#include <mutex>
 #include <thread>
 
 #include "collectives/registry.h"
@@ -36,8 +38,16 @@ void validate_link(const LinkSpec& link, const std::string& gbps_opt,
 // ---------------------------------------------------------------- LinkFabric
 
 LinkFabric::LinkFabric(int k, LinkSpec spec)
-    : spec_(spec), send_free_(size_t(std::max(k, 1))), recv_free_(size_t(std::max(k, 1))) {
+    : spec_(spec), send_free_(size_t(std::max(k, 1))), recv_free_(size_t(std::max(k, 1))),
+      issued_(size_t(std::max(k, 1))), stream_(size_t(std::max(k, 1))),
+      streamed_(size_t(std::max(k, 1)), 0) {
   DPB_CHECK(k >= 1, "LinkFabric: need at least one rank, got " << k);
+}
+
+void LinkFabric::issue(int r, Clock::time_point t) {
+  std::lock_guard<std::mutex> lk(mu_);
+  issued_[r] = std::max(issued_[r], t);
+  streamed_[r] = 1;
 }
 
 LinkFabric::Clock::time_point LinkFabric::reserve(int src, int dst, double bytes) {
@@ -47,11 +57,19 @@ LinkFabric::Clock::time_point LinkFabric::reserve(int src, int dst, double bytes
   const auto lat = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(spec_.latency_us * 1e-6));
   std::lock_guard<std::mutex> lk(mu_);
-  const auto start = std::max({now, send_free_[src], recv_free_[dst]});
+  // Stream mode: the data is ready when both ranks' hosts issued the work and each stream has
+  // received what it needed before (a ring step forwards what the last one delivered).
+  const auto ready = streamed_[src] && streamed_[dst]
+                         ? std::max({issued_[src], issued_[dst], stream_[src], stream_[dst]})
+                         : now;
+  const auto start = std::max({ready, send_free_[src], recv_free_[dst]});
   send_free_[src] = recv_free_[dst] = start + busy;  // the latency is propagation, not occupancy
+  const auto done = start + busy + lat;
+  stream_[dst] = std::max(stream_[dst], done);
+  stream_[src] = std::max(stream_[src], start + busy);
   ++transfers_;
   bytes_ += bytes;
-  return start + busy + lat;
+  return done;
 }
 
 void LinkFabric::add_memory(const void* p, size_t bytes, int rank) {
@@ -129,6 +147,32 @@ class LinkDevice final : public ForwardingDevice {
   void comm_reduce(float* dst, const float* src, size_t n) override {
     paced(dst, src, n, [&] { in_->comm_reduce(dst, src, n); });
   }
+  // The host's issue points (link.h, "Two clocks"): a compute mark remembers when it was taken
+  // (backward made a unit ready); waiting on it, or on all compute, issues the comm work then.
+  int compute_mark() override {
+    const auto now = LinkFabric::Clock::now();
+    const int inner = in_->compute_mark();
+    std::lock_guard<std::mutex> lk(marks_mu_);
+    marks_.push_back({next_mark_, inner, now});
+    if (marks_.size() > 4096) marks_.pop_front();  // marks never waited on
+    return next_mark_++;
+  }
+  void comm_wait_mark(int token) override {
+    Mark m{token, -1, LinkFabric::Clock::now()};
+    {
+      std::lock_guard<std::mutex> lk(marks_mu_);
+      while (!marks_.empty() && marks_.front().token <= token) {
+        if (marks_.front().token == token) m = marks_.front();
+        marks_.pop_front();
+      }
+    }
+    in_->comm_wait_mark(m.inner);
+    fab_->issue(rank_, m.at);
+  }
+  void comm_wait_compute() override {
+    in_->comm_wait_compute();
+    fab_->issue(rank_, LinkFabric::Clock::now());
+  }
 
  private:
   // A transfer between two ranks: book it, do the real work, sleep until the link delivers.
@@ -144,8 +188,15 @@ class LinkDevice final : public ForwardingDevice {
     sleep_until(done);
   }
 
+  struct Mark {
+    int token, inner;
+    LinkFabric::Clock::time_point at;
+  };
   std::shared_ptr<LinkFabric> fab_;
   int rank_;
+  std::mutex marks_mu_;  // compute_mark (backward thread) vs comm_wait_mark (comm thread)
+  std::deque<Mark> marks_;
+  int next_mark_ = 0;
 };
 
 }  // namespace

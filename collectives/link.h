@@ -15,6 +15,18 @@
 // Whose memory: each decorated device registers its allocations with the shared LinkFabric; a
 // pointer no decorated device allocated counts as the caller's own (host staging, tests).
 //
+// Two clocks. Until a rank's host says when its comm work was issued, a transfer starts when its
+// caller books it (wall time): the microbenchmarks. Once it does (GradSync calls comm_wait_mark
+// with the compute mark of the moment backward made the unit ready, or comm_wait_compute after
+// backward), that rank's transfers run on an emulated comm STREAM, as a GPU's copy engine does:
+// a transfer starts at the latest of both ranks' issue times, both ranks' stream times (the
+// delivery of what each received last) and the two links being free, not when the host thread
+// that books it happens to wake up. On a CPU shared by 2k threads a sleeping thread is woken
+// milliseconds late while compute runs; with wall-time booking every barrier of a ring step added
+// that delay to the link, so overlap hid nothing at k = 4 on 2 cores (results/README.md,
+// "Emulated interconnect"). The host still does the real work in order (the data is real): the
+// run takes the longer of the host's path and the link's.
+//
 // Seam for processes: LinkFabric::reserve(src, dst, bytes) is the whole pacing policy. Threads
 // share one fabric; a multi-process transport (MPI) can pace its sends and receives with the same
 // call on a per-process fabric (each process owns its rank's two links), sleeping the same way.
@@ -59,8 +71,12 @@ class LinkFabric {
   LinkFabric(int k, LinkSpec spec);
   const LinkSpec& spec() const { return spec_; }
   int size() const { return int(send_free_.size()); }
-  // Books a transfer of `bytes` from rank src to rank dst issued now; returns when it completes.
+  // Books a transfer of `bytes` from rank src to rank dst; returns when it completes. It starts
+  // now (wall time) unless both ranks issued their comm work with issue(), then on their streams.
   Clock::time_point reserve(int src, int dst, double bytes);
+  // Rank r's comm work from here on was issued (by its host) at t: its transfers run on r's
+  // emulated stream, no earlier than t.
+  void issue(int r, Clock::time_point t);
   void add_memory(const void* p, size_t bytes, int rank);
   void remove_memory(const void* p);
   int owner(const void* p, int fallback) const;  // rank whose allocation holds p, else fallback
@@ -72,6 +88,8 @@ class LinkFabric {
   LinkSpec spec_;
   mutable std::mutex mu_;
   std::vector<Clock::time_point> send_free_, recv_free_;
+  std::vector<Clock::time_point> issued_, stream_;  // per rank: issue time, last delivery to it
+  std::vector<char> streamed_;                      // per rank: issue() was called
   std::map<const char*, std::pair<size_t, int>> mem_;  // start -> (bytes, rank)
   long transfers_ = 0;
   double bytes_ = 0;

@@ -228,9 +228,14 @@ def train_args(model, k, gbps, overlap):
 
 def cmd_check(a):
     csv_path = os.path.join(a.out, "link-check-train.csv")
-    rows = []
+    rows = []  # rows of models not run this time are kept (the check can run one model at a time)
+    if os.path.exists(os.path.join(a.out, "link-check.csv")):
+        with open(os.path.join(a.out, "link-check.csv")) as f:
+            rows = [{k: (v if k in ("model", "overlap") else float(v)) for k, v in r.items()}
+                    for r in csv.DictReader(f) if r["model"] not in a.models]
     for model, c in CHECK.items():
-        profiles = {}
+        if model not in a.models:
+            continue
         base = None
         for k in (1, 2, 4):
             for gbps in (c["links"] if k > 1 else [0]):
@@ -263,7 +268,7 @@ def cmd_check(a):
     print(f"{'model':9} {'k':>2} {'Gb/s':>5} {'ovl':>3} {'predicted s':>11} {'measured s':>10} "
           f"{'error':>7}  exposed pred/meas")
     for r in rows:
-        print(f"{r['model']:9} {r['devices']:>2} {r['link_gbps']:>5g} {r['overlap']:>3} "
+        print(f"{r['model']:9} {int(r['devices']):>2} {r['link_gbps']:>5g} {r['overlap']:>3} "
               f"{r['predicted_s']:>11.3f} {r['measured_s']:>10.3f} {r['error_pct']:>6.1f}%  "
               f"{r['predicted_exposed_s']:.3f}/{r['measured_exposed_s']:.3f}")
 
@@ -346,6 +351,7 @@ def main():
     ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"],
                     help="figure: the device the one-device profile is measured on")
     ap.add_argument("--epochs", type=int, default=2, help="check: epochs per run (the last is used)")
+    ap.add_argument("--models", default=",".join(CHECK), help="check: models to run (comma list)")
     ap.add_argument("--gbps", type=float, default=1.0, help="micro, overlap: link bandwidth")
     ap.add_argument("--latencies", default="50,5000", help="overlap: link latencies, us")
     ap.add_argument("--batch", type=int, default=8, help="overlap: ResNet-18 global batch")
@@ -353,6 +359,7 @@ def main():
                     help="figure: MODEL=FILE one-device profile (e.g. measured on a GPU)")
     a = ap.parse_args()
     a.latencies = [float(x) for x in a.latencies.split(",")]
+    a.models = a.models.split(",")
     a.profile = dict(p.split("=", 1) for p in a.profile)
     os.makedirs(a.out, exist_ok=True)
     {"micro": cmd_micro, "overlap": cmd_overlap, "check": cmd_check, "figure": cmd_figure,
