@@ -50,23 +50,24 @@ void LinkFabric::issue(int r, Clock::time_point t) {
   streamed_[r] = 1;
 }
 
-LinkFabric::Clock::time_point LinkFabric::reserve(int src, int dst, double bytes) {
+LinkFabric::Clock::time_point LinkFabric::reserve(int src, int dst, double bytes, int by) {
   const auto now = Clock::now();
   const auto busy = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
       spec_.gbps > 0 ? bytes * 8.0 / (spec_.gbps * 1e9) : 0.0));
   const auto lat = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(spec_.latency_us * 1e-6));
   std::lock_guard<std::mutex> lk(mu_);
-  // Stream mode: the data is ready when both ranks' hosts issued the work and each stream has
-  // received what it needed before (a ring step forwards what the last one delivered).
-  const auto ready = streamed_[src] && streamed_[dst]
-                         ? std::max({issued_[src], issued_[dst], stream_[src], stream_[dst]})
-                         : now;
+  // Stream mode (every rank issued): the collective's data is there once the last rank issued it
+  // (its first barrier waits for all), and the booking rank's stream runs its transfers in order;
+  // the links are shared. What each rank received in the previous step is covered by the
+  // booking rank's own last delivery: the algorithms run in lock-step (barriers).
+  Clock::time_point ready = now;
+  if (std::all_of(streamed_.begin(), streamed_.end(), [](char c) { return c != 0; }))
+    ready = std::max(*std::max_element(issued_.begin(), issued_.end()), stream_[by]);
   const auto start = std::max({ready, send_free_[src], recv_free_[dst]});
   send_free_[src] = recv_free_[dst] = start + busy;  // the latency is propagation, not occupancy
   const auto done = start + busy + lat;
-  stream_[dst] = std::max(stream_[dst], done);
-  stream_[src] = std::max(stream_[src], start + busy);
+  stream_[by] = std::max(stream_[by], done);
   ++transfers_;
   bytes_ += bytes;
   return done;
@@ -183,7 +184,7 @@ class LinkDevice final : public ForwardingDevice {
       op();
       return;
     }
-    const auto done = fab_->reserve(from, to, double(n) * sizeof(float));
+    const auto done = fab_->reserve(from, to, double(n) * sizeof(float), rank_);
     op();
     sleep_until(done);
   }

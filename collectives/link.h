@@ -71,9 +71,10 @@ class LinkFabric {
   LinkFabric(int k, LinkSpec spec);
   const LinkSpec& spec() const { return spec_; }
   int size() const { return int(send_free_.size()); }
-  // Books a transfer of `bytes` from rank src to rank dst; returns when it completes. It starts
-  // now (wall time) unless both ranks issued their comm work with issue(), then on their streams.
-  Clock::time_point reserve(int src, int dst, double bytes);
+  // Books a transfer of `bytes` from rank src to rank dst by rank `by` (whose thread does it);
+  // returns when it completes. It starts now (wall time) unless every rank issued its comm work
+  // with issue(); then no earlier than the last issue and the end of by's previous transfer.
+  Clock::time_point reserve(int src, int dst, double bytes, int by);
   // Rank r's comm work from here on was issued (by its host) at t: its transfers run on r's
   // emulated stream, no earlier than t.
   void issue(int r, Clock::time_point t);
@@ -88,7 +89,7 @@ class LinkFabric {
   LinkSpec spec_;
   mutable std::mutex mu_;
   std::vector<Clock::time_point> send_free_, recv_free_;
-  std::vector<Clock::time_point> issued_, stream_;  // per rank: issue time, last delivery to it
+  std::vector<Clock::time_point> issued_, stream_;  // per rank: issue time, its last transfer's end
   std::vector<char> streamed_;                      // per rank: issue() was called
   std::map<const char*, std::pair<size_t, int>> mem_;  // start -> (bytes, rank)
   long transfers_ = 0;

@@ -43,12 +43,34 @@ TEST(LinkFabric, FullDuplexLinksAndSerializedSharedLink) {
   const double one = spec.transfer_s(1e6);
   EXPECT_NEAR(one, 1.1e-3, 1e-12);
   // 0 -> 1 and 1 -> 0 use different links (full duplex): both finish after one transfer.
-  EXPECT_NEAR(secs(f.reserve(0, 1, 1e6)), one, 2e-4);
-  EXPECT_NEAR(secs(f.reserve(1, 0, 1e6)), one, 2e-4);
+  EXPECT_NEAR(secs(f.reserve(0, 1, 1e6, 1)), one, 2e-4);
+  EXPECT_NEAR(secs(f.reserve(1, 0, 1e6, 0)), one, 2e-4);
   // 2 -> 1 shares rank 1's receive link with 0 -> 1: it starts when that one's bytes are through.
-  EXPECT_NEAR(secs(f.reserve(2, 1, 1e6)), 2e-3 + 1e-4, 2e-4);
+  EXPECT_NEAR(secs(f.reserve(2, 1, 1e6, 1)), 2e-3 + 1e-4, 2e-4);
   EXPECT_EQ(f.transfers(), 3);
   EXPECT_DOUBLE_EQ(f.bytes(), 3e6);
+}
+
+// Stream mode (link.h, "Two clocks"): once every rank issued its work, a transfer starts at the
+// last issue time, not when its thread books it, and one rank's transfers run in order.
+TEST(LinkFabric, StreamModeStartsAtTheIssueNotAtTheBooking) {
+  const LinkSpec spec{8.0, 100.0};
+  LinkFabric f(2, spec);
+  const double one = spec.transfer_s(1e6);
+  const auto t0 = Clock::now();
+  auto secs = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
+  f.issue(0, t0 - std::chrono::milliseconds(50));  // issued 50 ms ago: a late-booking thread
+  EXPECT_GE(secs(f.reserve(1, 0, 1e6, 0)), 0.0);   // rank 1 has not issued: wall time
+  f.issue(1, t0 - std::chrono::milliseconds(40));
+  LinkFabric g(2, spec);
+  g.issue(0, t0 - std::chrono::milliseconds(50));
+  g.issue(1, t0 - std::chrono::milliseconds(40));
+  // Starts at the last issue (-40 ms), so it was delivered in the past: no wait.
+  EXPECT_NEAR(secs(g.reserve(1, 0, 1e6, 0)), -0.040 + one, 2e-4);
+  // Rank 0's next transfer follows its first on its stream (not the wall clock).
+  EXPECT_NEAR(secs(g.reserve(1, 0, 1e6, 0)), -0.040 + 2 * one, 2e-4);
+  // Rank 1's own stream is free: its transfer starts at the issue too (full duplex).
+  EXPECT_NEAR(secs(g.reserve(0, 1, 1e6, 1)), -0.040 + one, 2e-4);
 }
 
 // Exact sums (small integers) on every rank, the number of transfers, and the time lower bound.
