@@ -186,8 +186,8 @@ else
     "$PLOTPY" plots/make_plots.py "$out"
   ((prc == 0)) || echo "run_all.sh: WARNING: plots/make_plots.py failed (rc $prc)" >&2
   # Projection (issue 13): predicted speedup vs devices on named links from a one-device profile
-  # of this backend; the emulated-link suite's plot when `--suite link` ran.
-  for what in figure $([ -f "$out/link.csv" ] && echo plot-suite); do
+  # of this backend; the sync suite's emulated-link runs (CPU runs) vs bucket size.
+  for what in figure $([ -f "$out/sync.csv" ] && echo plot-suite); do
     t=$SECONDS
     set +e
     "$PLOTPY" scripts/link_study.py "$what" --out "$out" --bin "$BUILD/dpbench" --backend "$backend"

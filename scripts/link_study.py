@@ -8,8 +8,8 @@ speedup on named interconnects. Standard library for the runs; plots need matplo
   scripts/link_study.py overlap --out DIR   # ResNet-18 k=2 overlap modes, 1/5/25 MB, 2 latencies
   scripts/link_study.py check   --out DIR   # dpbench project vs dpbench train on emulated links
   scripts/link_study.py figure  --out DIR   # predicted speedup vs devices on named links
-  scripts/link_study.py plot-suite --out DIR  # DIR/link.csv (run_suite.py --suite link): exposed
-                                              # communication vs bucket size, one line per link
+  scripts/link_study.py plot-suite --out DIR  # DIR/sync.csv (the sync suite's emulated-link runs):
+                                              # exposed communication vs bucket size, per link
 Common: --bin build/dpbench --micro-bin build/dpbench-micro --quick (fewer repetitions).
 Outputs: DIR/link-*.csv, DIR/link-*.json, DIR/plots/link-*.png|svg, and a table on stdout.
 """
@@ -89,33 +89,44 @@ def save(fig, out, name):
 # ----------------------------------------------------------------------------- micro
 
 
+MICRO_ALGS = "naive|ring|direct|rhd|auto"  # every algorithm of the registry with a link cost
+
+
 def cmd_micro(a):
-    gbps, lat = a.gbps, 50.0
+    gbps, lat = a.gbps, a.latencies[0]
     out = os.path.join(a.out, f"link-micro-{gbps:g}gbps.json")
-    sizes = "(65536|1048576|4194304|16777216)" if a.quick else "(65536|1048576|4194304|16777216|33554432)"
-    run([a.micro_bin, "--dpb_ranks=2,4", f"--dpb_link_gbps={gbps}", f"--dpb_link_latency_us={lat}",
-         f"--benchmark_filter=^allreduce/cpu/(ring|naive)/ranks:[24]/bytes:{sizes}/",
-         "--benchmark_min_time=0.5", "--benchmark_repetitions=3",
+    sizes = a.sizes or ("65536,1048576,4194304,16777216" if a.quick
+                        else "65536,1048576,4194304,16777216,33554432")
+    ranks = a.ranks or "2,4"
+    run([a.micro_bin, f"--dpb_ranks={ranks}", f"--dpb_link_gbps={gbps}",
+         f"--dpb_link_latency_us={lat}",
+         f"--benchmark_filter=^allreduce/cpu/({MICRO_ALGS})/ranks:({ranks.replace(',', '|')})/"
+         f"bytes:({sizes.replace(',', '|')})/",
+         f"--benchmark_min_time={a.min_time}", f"--benchmark_repetitions={a.reps}",
          "--benchmark_report_aggregates_only=true", f"--benchmark_out={out}"])
     with open(out) as f:
         bench = json.load(f)["benchmarks"]
     rows = []
     for b in bench:
-        if b.get("aggregate_name") != "median" or "link_model_s" not in b:
+        if "link_model_s" not in b or (a.reps > 1 and b.get("aggregate_name") != "median"):
             continue
         _, _, alg, ranks, size = b["run_name"].split("/")[:5]
         model = b["link_model_s"]
         meas = b["real_time"] * {"us": 1e-6, "ms": 1e-3, "ns": 1e-9, "s": 1.0}[b["time_unit"]]
-        rows.append(dict(alg=alg, ranks=int(ranks.split(":")[1]), bytes=int(size.split(":")[1]),
+        label = b.get("label", "")  # auto: "ran ring | auto: ..."
+        ran = label.split()[1] if label.startswith("ran ") else alg
+        rows.append(dict(alg=alg, ran=ran, ranks=int(ranks.split(":")[1]),
+                         bytes=int(size.split(":")[1]),
                          link_gbps=gbps, link_latency_us=lat, model_ms=round(model * 1e3, 3),
                          measured_ms=round(meas * 1e3, 3), error_pct=round((meas / model - 1) * 100, 1),
                          emulated_dominates=int(model >= 0.02), wrong=b.get("wrong", "")))
     write_csv(os.path.join(a.out, f"link-micro-{gbps:g}gbps.csv"), rows)
-    print(f"\nAll-reduce on an emulated link ({gbps} Gb/s, {lat} us), median of 3; {machine_note()}")
-    print(f"{'alg':6} {'k':>2} {'bytes':>10} {'model ms':>10} {'measured':>10} {'error':>7}")
+    print(f"\nAll-reduce on an emulated link ({gbps} Gb/s, {lat} us), median of {a.reps}; "
+          f"{machine_note()}")
+    print(f"{'alg':6} {'ran':6} {'k':>2} {'bytes':>10} {'model ms':>10} {'measured':>10} {'error':>7}")
     for r in rows:
         flag = "" if not r["emulated_dominates"] else (" ok" if abs(r["error_pct"]) <= 10 else " >10%")
-        print(f"{r['alg']:6} {r['ranks']:>2} {r['bytes']:>10} {r['model_ms']:>10.2f} "
+        print(f"{r['alg']:6} {r['ran']:6} {r['ranks']:>2} {r['bytes']:>10} {r['model_ms']:>10.2f} "
               f"{r['measured_ms']:>10.2f} {r['error_pct']:>6.1f}%{flag}")
 
 
@@ -128,13 +139,14 @@ def cmd_overlap(a):
     for lat in a.latencies:
         for mb, modes in ((25, "(fused-after|per-param-after|per-param-overlap|bucket25MB-overlap)"),
                           (5, "bucket5MB-overlap"), (1, "bucket1MB-overlap")):
-            out = os.path.join(a.out, f"link-overlap-L{lat:g}-b{mb}.json")
+            out = os.path.join(a.out, f"link-overlap-{a.model}-L{lat:g}-b{mb}.json")
             if not os.path.exists(out):
-                run([a.micro_bin, "--dpb_ranks=2", f"--dpb_resnet18_batch={a.batch}",
+                run([a.micro_bin, "--dpb_ranks=2", f"--dpb_{a.model}_batch={a.batch}",
                      f"--dpb_bucket_mb={mb}", f"--dpb_link_gbps={a.gbps}",
                      f"--dpb_link_latency_us={lat}",
-                     f"--benchmark_filter=^overlap/cpu/resnet18/{modes}/ranks:2/",
-                     "--benchmark_min_time=1", f"--benchmark_repetitions={reps}",
+                     f"--benchmark_filter=^overlap/cpu/{a.model}/{modes}/ranks:2/",
+                     f"--benchmark_min_time={a.min_time if a.quick else 1}",
+                     f"--benchmark_repetitions={reps}",
                      "--benchmark_enable_random_interleaving=true", f"--benchmark_out={out}"])
             with open(out) as f:
                 bench = json.load(f)["benchmarks"]
@@ -152,7 +164,7 @@ def cmd_overlap(a):
                                  ci95_hi_s=statistics.median(b["exposed_comm_ci95_hi_s"] for b in bs),
                                  compute_s=statistics.median(b["compute_s"] for b in bs)))
     write_csv(os.path.join(a.out, "link-overlap.csv"), rows)
-    print(f"\nResNet-18, k=2, global batch {a.batch}, link {a.gbps} Gb/s; {machine_note()}")
+    print(f"\n{a.model}, k=2, global batch {a.batch}, link {a.gbps} Gb/s; {machine_note()}")
     print(f"{'L us':>6} {'mode':22} {'exposed s':>10} {'95% CI (median rep)':>22} {'compute s':>10}")
     for r in rows:
         print(f"{r['link_latency_us']:>6g} {r['mode']:22} {r['exposed_comm_s']:>10.3f} "
@@ -191,10 +203,10 @@ def plot_overlap(out, rows, name, what):
 
 
 def cmd_plot_suite(a):
-    """The link suite's CSV (last epoch of each run) as the overlap plot's rows."""
-    path = os.path.join(a.out, "link.csv")
+    """The sync suite's emulated-link runs (last epoch of each) as the overlap plot's rows."""
+    path = os.path.join(a.out, "sync.csv")
     if not os.path.exists(path):
-        sys.exit(f"link_study.py: no {path} (run: scripts/run_suite.py run --suite link --out {a.out})")
+        sys.exit(f"link_study.py: no {path} (run: scripts/run_suite.py run --suite sync --out {a.out})")
     with open(path) as f:
         last = {}
         for r in csv.DictReader(f):
@@ -210,10 +222,11 @@ def cmd_plot_suite(a):
         rows.append(dict(link_gbps=float(r["link_gbps"]), link_latency_us=float(r["link_latency_us"]),
                          mode=mode, bucket_mb=float(r["bucket_mb"]) if mode.startswith("bucket") else "",
                          exposed_comm_s=x, exposed_min_s=x, exposed_max_s=x))
-    if not rows:
-        sys.exit(f"link_study.py: {path} has no emulated-link runs")
+    if not rows:  # a GPU run: the emulated-link runs were left out
+        print(f"link_study.py plot-suite: {path} has no emulated-link runs (CPU runs only); no plot")
+        return
     plot_overlap(a.out, rows, "link-suite-exposed",
-                 "per epoch (last epoch of each run of the link suite; one run each, no interval)")
+                 "per epoch (last epoch of each emulated-link run of the sync suite; one run each, no interval)")
 
 
 # ----------------------------------------------------------------------------- check
@@ -237,12 +250,13 @@ def cmd_check(a):
         if model not in a.models:
             continue
         base = None
-        for k in (1, 2, 4):
+        train = a.train_limit or c["train"]
+        for k in a.ks:
             for gbps in (c["links"] if k > 1 else [0]):
                 for overlap in (("off", "on") if k > 1 else ("off",)):
                     args = train_args(model, k, gbps, overlap)
                     t0 = time.time()
-                    run([a.bin, "train"] + args + ["--train-limit", str(c["train"]), "--test-limit",
+                    run([a.bin, "train"] + args + ["--train-limit", str(train), "--test-limit",
                         "64", "--epochs", str(a.epochs), "--quiet", "--csv", csv_path])
                     with open(csv_path) as f:
                         last = list(csv.DictReader(f))[-1]  # the run's last epoch (steady)
@@ -250,7 +264,7 @@ def cmd_check(a):
                     prof = os.path.join(a.out, f"link-profile-{model}-k{k}.json")
                     pa = ["--profile", prof] if os.path.exists(prof) else ["--profile-out", prof]
                     pred = json.loads(run([a.bin, "project"] + args + ["--train-limit",
-                                          str(c["train"])] + pa))
+                                          str(train)] + pa))
                     if k == 1:
                         base = (measured, pred["epoch_s"])
                     rows.append(dict(model=model, devices=k, link_gbps=gbps,
@@ -260,8 +274,8 @@ def cmd_check(a):
                                      error_pct=round((pred["epoch_s"] / measured - 1) * 100, 1),
                                      predicted_exposed_s=round(pred["exposed_comm_s"], 4),
                                      measured_exposed_s=round(float(last["exposed_comm_s"]), 4),
-                                     measured_speedup=round(base[0] / measured, 3),
-                                     predicted_speedup=round(base[1] / pred["epoch_s"], 3),
+                                     measured_speedup=round(base[0] / measured, 3) if base else "",
+                                     predicted_speedup=round(base[1] / pred["epoch_s"], 3) if base else "",
                                      wall_s=round(time.time() - t0, 1)))
                     write_csv(os.path.join(a.out, "link-check.csv"), rows)
     print(f"\nProjection vs emulated runs (last of {a.epochs} epochs; {machine_note()})")
@@ -318,7 +332,7 @@ def cmd_figure(a):
         for j, gbps in enumerate(sorted({float(c["link_gbps"]) for c in checked
                                          if c["model"] == model and float(c["link_gbps"]) > 0})):
             pts = [c for c in checked if c["model"] == model and float(c["link_gbps"]) == gbps
-                   and c["overlap"] == "on"]
+                   and c["overlap"] == "on" and c["predicted_speedup"] != ""]
             ax.plot([1] + [int(c["devices"]) for c in pts],
                     [1.0] + [float(c["predicted_speedup"]) for c in pts],
                     ls="--", color=f"C{4 + j}", lw=1,
@@ -354,12 +368,21 @@ def main():
     ap.add_argument("--models", default=",".join(CHECK), help="check: models to run (comma list)")
     ap.add_argument("--gbps", type=float, default=1.0, help="micro, overlap: link bandwidth")
     ap.add_argument("--latencies", default="50,5000", help="overlap: link latencies, us")
-    ap.add_argument("--batch", type=int, default=8, help="overlap: ResNet-18 global batch")
+    ap.add_argument("--batch", type=int, default=8, help="overlap: the model's global batch")
+    ap.add_argument("--model", default="resnet18", choices=["lenet", "resnet18"], help="overlap")
+    ap.add_argument("--sizes", default="", help="micro: bytes, comma list (default: 64 KB..32 MB)")
+    ap.add_argument("--ranks", default="", help="micro: rank counts, comma list (default 2,4)")
+    ap.add_argument("--min-time", type=float, default=0.5, help="micro: seconds per benchmark")
+    ap.add_argument("--reps", type=int, default=3, help="micro: repetitions (median)")
+    ap.add_argument("--train-limit", type=int, default=0,
+                    help="check: training examples per run (default: the CHECK table's)")
+    ap.add_argument("--ks", default="1,2,4", help="check: device counts (1 first: the speedup base)")
     ap.add_argument("--profile", action="append", default=[],
                     help="figure: MODEL=FILE one-device profile (e.g. measured on a GPU)")
     a = ap.parse_args()
     a.latencies = [float(x) for x in a.latencies.split(",")]
     a.models = a.models.split(",")
+    a.ks = [int(x) for x in a.ks.split(",")]
     a.profile = dict(p.split("=", 1) for p in a.profile)
     os.makedirs(a.out, exist_ok=True)
     {"micro": cmd_micro, "overlap": cmd_overlap, "check": cmd_check, "figure": cmd_figure,

@@ -372,7 +372,7 @@ def main(argv=None):
         for name in suite_names():
             st = load_suite(name)
             print(f"{name}{'' if st.default else ' (not default)'}: {st.about}")
-            for rn, args in {**st.runs, **st.cuda_runs}.items():
+            for rn, args in {**st.runs, **st.cuda_runs, **st.cpu_runs}.items():
                 print(f"    {rn}: {' '.join(args)}")
         return 0
     if a.cmd == "record":

@@ -40,6 +40,8 @@ class Suite:
     quick_targets: dict = field(default_factory=dict)
     runs: dict = field(default_factory=dict)  # name -> full args (list); insertion ordered
     cuda_runs: dict = field(default_factory=dict)
+    cpu_runs: dict = field(default_factory=dict)  # e.g. the emulated link, which GPUs refuse
+    cpu_why: str = ""  # why the cpu-only runs are left out of a GPU run (printed as a note)
     quick: list = field(default_factory=list)  # (glob, args | None for skip), file order
     micro: dict = field(default_factory=dict)  # "cpu", "cpu.quick", ... -> args
     peer_runs: list = field(default_factory=list)  # globs of runs the peers repeat (peerlib)
@@ -77,7 +79,8 @@ def load_suite(name):
     s.default = sec.get("default", "yes").strip().lower() in ("yes", "true", "1")
     s.targets = _targets(sec.get("target", ""))
     s.quick_targets = _targets(sec.get("quick_target", ""))
-    for secname, dest in (("runs", s.runs), ("runs.cuda", s.cuda_runs)):
+    s.cpu_why = sec.get("cpu_only_why", "CPU backend only")
+    for secname, dest in (("runs", s.runs), ("runs.cuda", s.cuda_runs), ("runs.cpu", s.cpu_runs)):
         if cp.has_section(secname):
             for k, v in cp[secname].items():
                 dest[k] = shlex.split(v)
@@ -125,6 +128,9 @@ def expand_runs(suite, quick, backend, devices, extra=()):
     table = dict(suite.runs)
     if backend == "cuda":
         table.update(suite.cuda_runs)
+        notes += [(suite.name, name, suite.cpu_why) for name in suite.cpu_runs]
+    else:
+        table.update(suite.cpu_runs)
     for name, args in table.items():
         if quick:
             skip = False

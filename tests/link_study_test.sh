@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# link_study_test.sh BUILD_DIR: every mode of scripts/link_study.py on tiny settings (seconds):
+# micro (every registry algorithm on a fast emulated link), overlap (LeNet), check (LeNet, k = 1
+# and 2, one epoch of 256 examples), plot-suite (from a sync.csv made of the check's runs). The
+# figure mode runs in ./run_all.sh (regression_smoke.sh). Plots need matplotlib: the script runs
+# under /usr/bin/python3 (Debian's), as run_all.sh does. Exit 77 (skipped) without matplotlib.
+set -u
+BUILD="$1"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PY=/usr/bin/python3
+"$PY" -c "import matplotlib" 2>/dev/null || { echo "link_study_test: no matplotlib for $PY: skipped"; exit 77; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+study() { "$PY" "$ROOT/scripts/link_study.py" "$@" --bin "$BUILD/dpbench" --micro-bin "$BUILD/dpbench-micro"; }
+
+study micro --out "$tmp" --gbps 10 --latencies 50 --sizes 65536 --ranks 2 --min-time 0.01 \
+    --reps 1 >"$tmp/micro.log" 2>&1 || { fail "micro"; tail -5 "$tmp/micro.log"; }
+"$PY" - "$tmp/link-micro-10gbps.csv" <<'PY' || fail "micro CSV"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+algs = {r["alg"] for r in rows}
+assert algs == {"naive", "ring", "direct", "rhd", "auto"}, algs
+for r in rows:
+    assert float(r["model_ms"]) > 0 and float(r["measured_ms"]) > 0 and r["wrong"] in ("0", "0.0"), r
+PY
+
+study overlap --out "$tmp" --model lenet --batch 16 --gbps 1 --latencies 50 --quick \
+    --min-time 0.02 >"$tmp/overlap.log" 2>&1 || { fail "overlap"; tail -5 "$tmp/overlap.log"; }
+[ -s "$tmp/plots/link-overlap.png" ] || fail "overlap plot"
+grep -q "bucket25MB-overlap" "$tmp/link-overlap.csv" 2>/dev/null || fail "overlap CSV"
+
+if [ -d /usr/share/datasets/fashion-mnist ]; then
+  study check --out "$tmp" --models lenet --ks 1,2 --train-limit 256 --epochs 1 \
+      >"$tmp/check.log" 2>&1 || { fail "check"; tail -5 "$tmp/check.log"; }
+  "$PY" - "$tmp" <<'PY' || fail "check CSV / sync.csv for plot-suite"
+import csv, os, sys
+out = sys.argv[1]
+rows = list(csv.DictReader(open(os.path.join(out, "link-check.csv"))))
+assert len(rows) == 5 and all(float(r["predicted_s"]) > 0 for r in rows), rows
+# The check's training runs as a sync suite CSV (plot-suite reads the emulated-link rows).
+train = list(csv.DictReader(open(os.path.join(out, "link-check-train.csv"))))
+with open(os.path.join(out, "sync.csv"), "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=["suite", "scenario"] + list(train[0].keys()))
+    w.writeheader()
+    for i, r in enumerate(train):
+        w.writerow({"suite": "sync", "scenario": f"run{i}", **r})
+PY
+  study plot-suite --out "$tmp" >"$tmp/plot.log" 2>&1 || { fail "plot-suite"; tail -5 "$tmp/plot.log"; }
+  [ -s "$tmp/plots/link-suite-exposed.png" ] || fail "plot-suite plot"
+fi
+[ $fails -eq 0 ] && echo "link_study_test: all passed" || { echo "link_study_test: $fails failure(s)"; exit 1; }
