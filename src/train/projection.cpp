@@ -38,9 +38,19 @@ double median(std::vector<double> xs) { return median_ci95(std::move(xs)).median
 
 namespace {
 
-// One replica's profile; `step_start` is called before every step (all replicas start together).
-StepProfile measure_one(const std::string& model, const std::string& backend, int threads,
-                        int batch, int steps, int rank, const std::function<void()>& step_start) {
+// One replica's raw times per recorded step (step 0, the warm-up, is not recorded): each phase's
+// duration, and each parameter's gradient-ready time since the start of backward.
+struct RawSteps {
+  std::string device;
+  std::vector<double> data, fwd, bwd, opt;
+  std::vector<std::vector<double>> ready;  // [step][param]
+  std::vector<std::string> names;
+  std::vector<size_t> sizes;
+};
+
+// `step_start` is called before every step (all replicas start together).
+RawSteps measure_one(const std::string& model, const std::string& backend, int threads, int batch,
+                     int steps, int rank, const std::function<void()>& step_start) {
   auto dev = backend == "cuda" ? make_cuda_device(rank, 0, false) : make_cpu_device(rank, threads);
   auto net = make_model(model, *dev, batch);
   const size_t P = net->num_floats();
@@ -55,8 +65,12 @@ StepProfile measure_one(const std::string& model, const std::string& backend, in
   for (auto& v : lab) v = uint8_t(splitmix64(s) % kClasses);
 
   const int np = int(net->params().size());
-  std::vector<double> data, fwd, bwd, opt;
-  std::vector<std::vector<double>> ready(np);
+  RawSteps out;
+  out.device = dev->name();
+  for (const auto& q : net->params()) {
+    out.names.push_back(q.name);
+    out.sizes.push_back(q.size);
+  }
   for (int step = 0; step <= steps; ++step) {  // step 0: warm-up, not recorded
     step_start();
     auto t = Clock::now();
@@ -82,29 +96,48 @@ StepProfile measure_one(const std::string& model, const std::string& backend, in
     dev->synchronize();
     const double o = since(t);
     if (step == 0) continue;
-    data.push_back(d);
-    fwd.push_back(f);
-    bwd.push_back(b);
-    opt.push_back(o);
-    for (int i = 0; i < np; ++i) {
+    for (int i = 0; i < np; ++i)
       DPB_CHECK(r[i] >= 0, "profile: backward never reported parameter " << i << " ready");
-      ready[i].push_back(r[i]);
+    out.data.push_back(d);
+    out.fwd.push_back(f);
+    out.bwd.push_back(b);
+    out.opt.push_back(o);
+    out.ready.push_back(std::move(r));
+  }
+  return out;
+}
+
+// The replicas' steps as one synchronized step (a collective waits for the last rank): each
+// phase ends, per step, when the slowest replica's ends (times since the common step start);
+// medians over steps.
+StepProfile combine(const std::vector<RawSteps>& reps) {
+  const RawSteps& r0 = reps[0];
+  const size_t steps = r0.data.size(), np = r0.names.size();
+  std::vector<double> data, fwd, bwd, opt;
+  std::vector<std::vector<double>> ready(np);
+  for (size_t s = 0; s < steps; ++s) {
+    double D = 0, F = 0, E = 0, O = 0;
+    std::vector<double> B(np, 0.0);
+    for (const RawSteps& r : reps) {
+      D = std::max(D, r.data[s]);
+      F = std::max(F, r.data[s] + r.fwd[s]);
+      E = std::max(E, r.data[s] + r.fwd[s] + r.bwd[s]);
+      O = std::max(O, r.opt[s]);
+      for (size_t i = 0; i < np; ++i) B[i] = std::max(B[i], r.data[s] + r.fwd[s] + r.ready[s][i]);
     }
+    data.push_back(D);
+    fwd.push_back(F - D);
+    bwd.push_back(E - F);
+    opt.push_back(O);
+    for (size_t i = 0; i < np; ++i) ready[i].push_back(B[i] - F);
   }
   StepProfile p;
-  p.model = model;
-  p.backend = backend;
-  p.device = dev->name();
-  p.cpu = cpu_model_name();
-  p.threads = threads;
-  p.batch = batch;
-  p.steps = steps;
+  p.device = r0.device;
   p.data_s = median(data);
   p.forward_s = median(fwd);
   p.backward_s = median(bwd);
   p.optimizer_s = median(opt);
-  for (int i = 0; i < np; ++i)
-    p.params.push_back({net->params()[i].name, net->params()[i].size, median(ready[i])});
+  for (size_t i = 0; i < np; ++i) p.params.push_back({r0.names[i], r0.sizes[i], median(ready[i])});
   return p;
 }
 
@@ -117,7 +150,7 @@ StepProfile measure_profile(const std::string& model, const std::string& backend
   DPB_CHECK(ranks >= 1 && (ranks == 1 || backend == "cpu"),
             "profile: side-by-side ranks (" << ranks << ") need the CPU backend");
   std::barrier<> sync(ranks);
-  std::vector<StepProfile> out(ranks);
+  std::vector<RawSteps> out(ranks);
   std::vector<std::exception_ptr> err(ranks);
   auto body = [&](int r) {
     try {
@@ -134,8 +167,15 @@ StepProfile measure_profile(const std::string& model, const std::string& backend
   for (auto& t : pool) t.join();
   for (auto& e : err)
     if (e) std::rethrow_exception(e);
-  out[0].ranks = ranks;
-  return out[0];
+  StepProfile p = combine(out);
+  p.model = model;
+  p.backend = backend;
+  p.cpu = cpu_model_name();
+  p.threads = threads;
+  p.batch = batch;
+  p.steps = steps;
+  p.ranks = ranks;
+  return p;
 }
 
 nlohmann::json profile_to_json(const StepProfile& p) {

@@ -10,8 +10,11 @@
 //    "params": [{"name": "conv1.w", "floats": 1728, "ready_s": 0.41}, ...]}   // model order
 // forward_s includes the loss; ready_s is when backward made the parameter's gradient final,
 // from the start of backward. All times in seconds. ranks: how many replicas ran the same steps at
-// once on this machine while it was measured (rank 0's times are kept): on a CPU the ranks of a
-// run share the cores and the memory bandwidth, and measuring them side by side captures that.
+// once on this machine while it was measured: on a CPU the ranks of a run share the cores and the
+// memory bandwidth, and measuring them side by side captures that. With ranks > 1 every phase
+// end and gradient-ready time is the slowest replica's in each step (since the common step
+// start; medians over steps): the ranks of a run drift apart within a step (time-slicing), and a
+// collective, hence the step, waits for the last one.
 //
 // Timeline of one step on one rank (every rank runs the same):
 //   data + forward + backward + exposed communication + optimizer,
@@ -51,7 +54,8 @@ struct StepProfile {
 // Measures `steps` training steps (after one warm-up) of one device of `backend` ("cpu" |
 // "cuda") with `threads` math threads at `batch` images of random pixels per step; medians.
 // ranks > 1 (CPU): that many replicas run the same steps side by side, each on its own thread
-// and device, starting every step together; rank 0's times are kept.
+// and device, starting every step together; each phase and each gradient counts as done when
+// the slowest replica's is (since the common step start), as a collective waits for the last rank.
 StepProfile measure_profile(const std::string& model, const std::string& backend, int threads,
                             int batch, int steps, int ranks = 1);
 nlohmann::json profile_to_json(const StepProfile& p);
