@@ -364,6 +364,8 @@ def summarize(out_dir, family=None):
                 "global_batch": int(e0["global_batch"]), "lr": e0["lr"],
                 "warmup_epochs": e0["warmup_epochs"], "allreduce": e0["allreduce"],
                 "grad_sync": e0["grad_sync"], "overlap": e0["overlap"],
+                "link_gbps": float(e0.get("link_gbps") or 0),
+                "link_latency_us": float(e0.get("link_latency_us") or 0),
                 "train_examples": int(e0["train_examples"]),
                 "test_examples": int(e0["test_examples"]), "epochs": len(eps),
                 "epoch_s": t, "images_per_s": steady_epoch_s(eps, "images_per_s"),

@@ -67,6 +67,8 @@ def suite_table(rows, cols):
     table = [cols]
     for r in rows:
         sync = f"{r['allreduce']}/{r['grad_sync']}/{r['overlap']}" if r["devices"] > 1 else "-"
+        if r.get("link_gbps") or r.get("link_latency_us"):  # collectives/link.h
+            sync += f" EMULATED link {r['link_gbps']:g} Gb/s {r['link_latency_us']:g} us"
         tgt = ("-" if r["target_acc"] is None else
                f"{fmt(r['time_to_target_s'], '.1f')} s @{r['target_acc']:.2f}"
                if r["time_to_target_s"] is not None else f"never @{r['target_acc']:.2f}")
