@@ -41,7 +41,7 @@ CHECK = {
     "lenet": dict(batch=256, train=2048, links=[0.02, 0.1], sync=["--grad-sync", "per-param"],
                   profile_steps=20),  # LeNet's steps take milliseconds: more of them, less noise
     "resnet18": dict(batch=32, train=128, links=[0.25, 1.0],
-                     sync=["--grad-sync", "bucketed", "--bucket-mb", "5"], profile_steps=3),
+                     sync=["--grad-sync", "bucketed", "--bucket-mb", "5"], profile_steps=5),
 }
 CHECK_LATENCY_US = 50.0
 
@@ -267,9 +267,10 @@ def cmd_check(a):
                             eps = list(csv.DictReader(f))[-1:]
                     measured = statistics.median(float(e["epoch_s"]) for e in eps)
                     exposed = statistics.median(float(e["exposed_comm_s"]) for e in eps)
-                    prof = os.path.join(a.out, f"link-profile-{model}-k{k}.json")
-                    pa = (["--profile", prof] if os.path.exists(prof) else
-                          ["--profile-out", prof, "--profile-steps", str(c["profile_steps"])])
+                    # Profiled right after each run, so that the profile shares the run's
+                    # conditions (on a shared machine other work comes and goes within minutes).
+                    prof = os.path.join(a.out, f"link-profile-{model}-k{k}-{gbps:g}-{overlap}.json")
+                    pa = ["--profile-out", prof, "--profile-steps", str(c["profile_steps"])]
                     pred = json.loads(run([a.bin, "project"] + args + ["--train-limit",
                                           str(train)] + pa))
                     if k == 1:
