@@ -270,7 +270,8 @@ def cmd_check(a):
                     # Profiled right after each run, so that the profile shares the run's
                     # conditions (on a shared machine other work comes and goes within minutes).
                     prof = os.path.join(a.out, f"link-profile-{model}-k{k}-{gbps:g}-{overlap}.json")
-                    pa = ["--profile-out", prof, "--profile-steps", str(c["profile_steps"])]
+                    pa = ["--profile-out", prof,
+                          "--profile-steps", str(a.profile_steps or c["profile_steps"])]
                     pred = json.loads(run([a.bin, "project"] + args + ["--train-limit",
                                           str(train)] + pa))
                     if k == 1:
@@ -385,6 +386,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3, help="micro: repetitions (median)")
     ap.add_argument("--train-limit", type=int, default=0,
                     help="check: training examples per run (default: the CHECK table's)")
+    ap.add_argument("--profile-steps", type=int, default=0,
+                    help="check: profile steps per run (default: the CHECK table's)")
     ap.add_argument("--ks", default="1,2,4", help="check: device counts (1 first: the speedup base)")
     ap.add_argument("--profile", action="append", default=[],
                     help="figure: MODEL=FILE one-device profile (e.g. measured on a GPU)")

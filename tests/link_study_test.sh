@@ -31,7 +31,7 @@ study overlap --out "$tmp" --model lenet --batch 16 --gbps 1 --latencies 50 --qu
 grep -q "bucket25MB-overlap" "$tmp/link-overlap.csv" 2>/dev/null || fail "overlap CSV"
 
 if [ -d /usr/share/datasets/fashion-mnist ]; then
-  study check --out "$tmp" --models lenet --ks 1,2 --train-limit 256 --epochs 1 \
+  study check --out "$tmp" --models lenet --ks 1,2 --train-limit 256 --epochs 1 --profile-steps 1 \
       >"$tmp/check.log" 2>&1 || { fail "check"; tail -5 "$tmp/check.log"; }
   "$PY" - "$tmp" <<'PY' || fail "check CSV / sync.csv for plot-suite"
 import csv, os, sys
