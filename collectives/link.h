@@ -19,15 +19,15 @@
 // caller books it (wall time): the microbenchmarks. Once it does (GradSync calls comm_wait_mark
 // with the compute mark of the moment backward made the unit ready, or comm_wait_compute after
 // backward), that rank's transfers run on an emulated comm STREAM, as a GPU's copy engine does:
-// a transfer starts at the latest of both ranks' issue times, both ranks' stream times (the
-// delivery of what each received last) and the two links being free, not when the host thread
-// that books it happens to wake up. On a CPU shared by 2k threads a sleeping thread is woken
-// milliseconds late while compute runs; with wall-time booking every barrier of a ring step added
-// that delay to the link, so overlap hid nothing at k = 4 on 2 cores (results/README.md,
-// "Emulated interconnect"). The host still does the real work in order (the data is real): the
-// run takes the longer of the host's path and the link's.
+// a transfer starts at the latest of the last rank's issue time, the end of the booking rank's
+// previous transfer and the two links being free, not when the host thread that books it happens
+// to wake up. On a CPU shared by 2k threads a sleeping thread is woken milliseconds late while
+// compute runs; with wall-time booking every barrier of a ring step added that delay to the
+// link, so overlap hid almost nothing at k = 4 on 2 cores (docs/decisions.md). The host still
+// does the real work in order (the data is real): the run takes the longer of the host's path
+// and the link's.
 //
-// Seam for processes: LinkFabric::reserve(src, dst, bytes) is the whole pacing policy. Threads
+// Seam for processes: LinkFabric::reserve and issue are the whole pacing policy. Threads
 // share one fabric; a multi-process transport (MPI) can pace its sends and receives with the same
 // call on a per-process fabric (each process owns its rank's two links), sleeping the same way.
 //
