@@ -39,7 +39,8 @@ def check(name, run_dir, base, want_rc, want_text=()):
 
 
 def suite_csvs(d):
-    return sorted(f for f in glob.glob(os.path.join(d, "*.csv")) if rs.is_suite_csv(f))
+    return sorted(f for f in glob.glob(os.path.join(d, "*.csv"))
+                  if not os.path.basename(f).startswith("summary") and rs.is_suite_csv(f))
 
 
 def edit_rows(d, fn):
