@@ -1,5 +1,5 @@
-// allreduce.cpp: CommGroup (published pointers, device-ordered barrier, abort), the host barrier,
-// and make_allreduce, which finds an algorithm in the table (registry.cpp) and wraps it with an
+// allreduce.cpp: the host barrier, CommGroup's constructors (the threads transport itself is in
+// transport_threads.cpp) and make_allreduce, which finds an algorithm in the table (registry.cpp) and wraps it with an
 // NVTX range and abort-on-failure. The algorithms live in one file each (naive.cpp, ring.cpp,
 // cuda/nccl_allreduce.cu, ...). Tested by tests/test_allreduce.cpp.
 #include "collectives/allreduce.h"
@@ -61,12 +61,6 @@ void HostBarrier::abort() {
 
 // ---------------------------------------------------------------- CommGroup
 
-static bool needs_events(const std::vector<Device*>& devs) {
-  for (Device* d : devs)
-    if (d->kind() != BackendKind::Cpu) return true;
-  return false;
-}
-
 long default_barrier_spin_ns(int threads) {
   if (const char* e = std::getenv("DPB_SPIN_US")) {
     char* end = nullptr;
@@ -81,56 +75,10 @@ long default_barrier_spin_ns(int threads) {
 }
 
 CommGroup::CommGroup(int k, std::vector<Device*> devices)
-    : k_(k), devs_(std::move(devices)), ptrs_(size_t(k > 0 ? k : 0), nullptr),
-      ordered_(false), host_barrier_(k, default_barrier_spin_ns(k)) {
-  DPB_CHECK(k >= 1, "CommGroup: need at least one rank, got " << k);
-  DPB_CHECK(devs_.size() == size_t(k),
-            "CommGroup: " << k << " ranks but " << devs_.size() << " devices");
-  for (int r = 0; r < k; ++r)
-    DPB_CHECK(devs_[r] != nullptr, "CommGroup: device of rank " << r << " is null");
-  for (int r = 1; r < k; ++r)
-    DPB_CHECK(devs_[r]->kind() == devs_[0]->kind(),
-              "CommGroup: ranks 0 and " << r << " are on different backends (" << devs_[0]->name()
-                                        << ", " << devs_[r]->name() << ")");
-  ordered_ = needs_events(devs_);
-}
+    : t_(make_thread_transport(k, std::move(devices))) {}
 
-void CommGroup::exchange(int rank, float* buf) {
-  ptrs_[rank] = buf;  // read by peers only after the barrier below
-  barrier(rank);
-}
-
-void CommGroup::barrier(int rank) {
-  if (k_ == 1) {
-    if (aborted_.load()) throw_aborted(rank);
-    return;
-  }
-  Device& dev = *devs_[rank];
-  if (ordered_) dev.comm_record();
-  if (!host_barrier_.arrive_and_wait()) throw_aborted(rank);
-  if (!ordered_) return;
-  for (int p = 0; p < k_; ++p)
-    if (p != rank) dev.comm_wait_peer(*devs_[p]);
-  if (!host_barrier_.arrive_and_wait()) throw_aborted(rank);
-}
-
-void CommGroup::abort(int rank, const std::string& why) {
-  {
-    std::lock_guard<std::mutex> lk(why_mu_);
-    if (why_.empty()) why_ = "rank " + std::to_string(rank) + ": " + why;
-  }
-  aborted_.store(true);
-  host_barrier_.abort();
-  for (Device* d : devs_) d->cancel_waits("rank " + std::to_string(rank) + ": " + why);
-}
-
-void CommGroup::throw_aborted(int rank) {
-  std::string why;
-  {
-    std::lock_guard<std::mutex> lk(why_mu_);
-    why = why_;
-  }
-  throw Error("rank " + std::to_string(rank) + ": collective aborted because " + why);
+CommGroup::CommGroup(std::unique_ptr<Transport> transport) : t_(std::move(transport)) {
+  DPB_CHECK(t_, "CommGroup: null transport");
 }
 
 // ---------------------------------------------------------------- make_allreduce
@@ -184,7 +132,7 @@ class Traced final : public AllReduce {
 std::unique_ptr<AllReduce> make_allreduce(const std::string& algorithm, CommGroup& group,
                                           const AllReduceOptions& opts) {
   const AllReduceEntry& e = find_allreduce(algorithm);
-  const std::string why = allreduce_refusal(e, group.size(), group.device(0).kind());
+  const std::string why = allreduce_refusal(e, group.size(), group.kind(), group.launcher());
   DPB_CHECK(why.empty(), why);
   return std::make_unique<Traced>(e.make(group, opts), group);
 }

@@ -1,7 +1,8 @@
-// allreduce.h: sum all-reduce across the k ranks of a CommGroup, written once over Device's comm
-// primitives so the CPU and CUDA backends run the same schedule.
+// allreduce.h: sum all-reduce across the k ranks of a CommGroup, written once over the transport's
+// steps (collectives/transport.h) and Device's comm primitives, so the CPU and CUDA backends, and
+// ranks as threads or as processes, run the same schedule.
 //
-// Every rank calls run() concurrently (one thread per rank) with its own buffer of n floats on its
+// Every rank calls run() concurrently (one thread or one process per rank) with its own buffer of n floats on its
 // own device. run() is stream-ordered: when it returns, every rank's comm stream is ordered after
 // all ranks' comm work of the call (CPU: the sums are already in every buffer; CUDA: call
 // dev.compute_wait_comm() or dev.comm_synchronize() before using the buffer). Calls are
@@ -20,9 +21,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "collectives/transport.h"
 #include "src/core/device.h"
 
 namespace dpb {
@@ -50,42 +53,55 @@ class HostBarrier {
   std::atomic<bool> aborted_{false};
 };
 
-// Shared by the k ranks: a barrier and a table of published pointers.
+// The k ranks of a collective and how they move data: a thin handle on a Transport
+// (collectives/transport.h). CommGroup(k, devices) is k threads of this process (the threads
+// transport: published pointers and a device-ordered barrier); CommGroup(transport) is any other,
+// e.g. one rank per process over MPI (collectives/mpi_transport.h).
 class CommGroup {
  public:
   CommGroup(int k, std::vector<Device*> devices);
-  int size() const { return k_; }
+  explicit CommGroup(std::unique_ptr<Transport> transport);
+  int size() const { return t_->size(); }
+  std::string launcher() const { return t_->launcher(); }  // "threads" | "mpi"
+  int processes() const { return t_->processes(); }
+  bool is_local(int rank) const { return t_->is_local(rank); }
+  // Rank `rank`'s device; only for ranks of this process (is_local).
+  Device& device(int rank) const { return t_->device(rank); }
+  BackendKind kind() const { return t_->kind(); }
+  Transport& transport() const { return *t_; }
   // How long a rank waiting in barrier() polls before sleeping (see HostBarrier). Default:
   // default_barrier_spin_ns(k). Whoever adds threads that compete for the cores while ranks wait
   // should lower it before any rank runs (GradSync's communication threads: adapt_barrier_spin
   // in grad_sync.h).
-  long barrier_spin_ns() const { return host_barrier_.spin_ns(); }
-  void set_barrier_spin_ns(long ns) { host_barrier_.set_spin_ns(ns); }
-  Device& device(int rank) const { return *devs_[rank]; }
-  // Publish this rank's buffer and wait until every rank has published (ends with barrier()).
-  void exchange(int rank, float* buf);
-  float* peer(int rank) const { return ptrs_[rank]; }
+  long barrier_spin_ns() const { return t_->barrier_spin_ns(); }
+  void set_barrier_spin_ns(long ns) { t_->set_barrier_spin_ns(ns); }
+  // The steps of a collective (see transport.h): publish this rank's buffer, then steps.
+  void begin(int rank, float* buf) { t_->begin(rank, buf); }
+  void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs) {
+    t_->step(rank, sends, recvs);
+  }
   // Device-ordered barrier: when it returns on every rank, comm work issued by every rank before
-  // the barrier is ordered before comm work issued after it on any rank. CPU: one host barrier.
-  // CUDA: comm_record; host barrier; comm_wait_peer(every peer); host barrier (so that no rank
-  // records again before every peer has waited on its record). Throws once the group is aborted.
-  void barrier(int rank);
+  // the barrier is ordered before comm work issued after it on any rank. CPU threads: one host
+  // barrier. CUDA threads: comm_record; host barrier; comm_wait_peer(every peer); host barrier.
+  // Throws once the group is aborted.
+  void barrier(int rank) { t_->barrier(rank); }
+  void broadcast_host(int rank, void* data, size_t bytes, int root) {
+    t_->broadcast_host(rank, data, bytes, root);
+  }
+  void allgather_host(int rank, const void* mine, void* all, size_t bytes) {
+    t_->allgather_host(rank, mine, all, bytes);
+  }
   // Wakes every rank blocked in barrier(); they and all later calls throw dpb::Error with `why`.
-  void abort(int rank, const std::string& why);
-  bool aborted() const { return aborted_.load(); }
+  // Process mode: prints "rank R: why" and ends the job (MPI_Abort).
+  void abort(int rank, const std::string& why) { t_->abort(rank, why); }
+  bool aborted() const { return t_->aborted(); }
 
  private:
-  [[noreturn]] void throw_aborted(int rank);
-
-  int k_;
-  std::vector<Device*> devs_;
-  std::vector<float*> ptrs_;
-  bool ordered_;  // devices need the event handshake (not CPU)
-  HostBarrier host_barrier_;
-  std::atomic<bool> aborted_{false};
-  std::mutex why_mu_;
-  std::string why_;
+  std::unique_ptr<Transport> t_;
 };
+
+// The threads transport over k devices of this process (transport_threads.cpp).
+std::unique_ptr<Transport> make_thread_transport(int k, std::vector<Device*> devices);
 
 class AllReduce {
  public:

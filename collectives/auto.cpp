@@ -18,12 +18,12 @@ class AutoAllReduce final : public AllReduce {
   AutoAllReduce(CommGroup& group, const AllReduceOptions& opts) {
     const TuneFile file = load_tune_file(opts.tune_file);
     std::string why;
-    rules_ = resolve_tuning(file, group.device(0).kind(), group.size(), &why);
+    rules_ = resolve_tuning(file, group.kind(), group.size(), &why);
     describe_ = "auto: " + describe_rules(rules_) + " (" + why + ")";
     for (const TuneRule& r : rules_) {
       if (algs_.count(r.algorithm)) continue;
       const AllReduceEntry& e = find_allreduce(r.algorithm);
-      const std::string no = allreduce_refusal(e, group.size(), group.device(0).kind());
+      const std::string no = allreduce_refusal(e, group.size(), group.kind(), group.launcher());
       DPB_CHECK(no.empty(), "--allreduce auto (" << why << "): " << no);
       algs_[r.algorithm] = e.make(group, opts);
     }

@@ -1,12 +1,13 @@
-// direct.cpp: one-shot reduce-scatter + all-gather. The buffer is split into k chunks
+// direct.cpp: one-shot reduce-scatter + all-gather, over the transport's steps (transport.h). The buffer is split into k chunks
 // (chunk_begin/chunk_size); rank r owns chunk r. Phase 1: rank r adds chunk r of every peer's
 // buffer into its own, so it holds the full sum of chunk r. Phase 2: rank r copies chunk p from
-// every peer p. Each phase reads k-1 peers at once, so there are 2 barriers (plus the pointer
+// every peer p. Each phase reads k-1 peers at once, so there are 2 steps (barriers) (plus the pointer
 // exchange) where the ring needs 2(k-1): fewer synchronizations for small messages, the same
 // bytes moved (5(k-1)n loaded + stored by all ranks together, like the ring). Rank r starts with
 // peer r+1, so the ranks do not all read the same peer at once.
 // Built by make_allreduce("direct", group); tested by tests/test_allreduce.cpp.
 #include <memory>
+#include <vector>
 
 #include "collectives/allreduce.h"
 
@@ -21,20 +22,28 @@ class DirectAllReduce final : public AllReduce {
   void run(int rank, float* buf, size_t n) override {
     const int k = group_.size();
     if (k == 1 || n == 0) return;  // same decision on every rank: n is collective
-    Device& dev = group_.device(rank);
-    group_.exchange(rank, buf);
-    // Phase 1: the peers' chunk `rank` into ours. Peers read only their own chunks of our buffer.
+    group_.begin(rank, buf);
     const size_t off = chunk_begin(n, k, rank), len = chunk_size(n, k, rank);
-    for (int i = 1; i < k && len > 0; ++i)
-      dev.comm_reduce(buf + off, group_.peer((rank + i) % k) + off, len);
-    group_.barrier(rank);  // every chunk is summed on its owner
-    // Phase 2: chunk p from its owner p. Owners do not write their own chunk in this phase.
+    std::vector<SendOp> sends;
+    std::vector<RecvOp> recvs;
+    // Phase 1: the peers' chunk `rank` into ours; our chunk p to peer p. Peers read only their
+    // own chunks of our buffer.
     for (int i = 1; i < k; ++i) {
-      const int p = (rank + i) % k;
-      const size_t len_p = chunk_size(n, k, p), off_p = chunk_begin(n, k, p);
-      if (len_p > 0) dev.comm_copy(buf + off_p, group_.peer(p) + off_p, len_p);
+      const int p = (rank + i) % k, q = (rank + k - i) % k;  // we read p; q reads us
+      if (len > 0) recvs.push_back({p, off, buf + off, len, RecvOp::Reduce});
+      if (chunk_size(n, k, q) > 0) sends.push_back({q, chunk_begin(n, k, q), chunk_size(n, k, q)});
     }
-    group_.barrier(rank);  // nobody reads our buffer after run() returns
+    group_.step(rank, sends, recvs);  // every chunk is summed on its owner
+    sends.clear();
+    recvs.clear();
+    // Phase 2: chunk p from its owner p; ours to every peer. Owners do not write their own chunk.
+    for (int i = 1; i < k; ++i) {
+      const int p = (rank + i) % k, q = (rank + k - i) % k;
+      const size_t len_p = chunk_size(n, k, p), off_p = chunk_begin(n, k, p);
+      if (len_p > 0) recvs.push_back({p, off_p, buf + off_p, len_p, RecvOp::Copy});
+      if (len > 0) sends.push_back({q, off, len});
+    }
+    group_.step(rank, sends, recvs);  // nobody reads our buffer after run() returns
   }
 
  private:

@@ -1,9 +1,10 @@
-// naive.cpp: d2l's textbook all-reduce. After the pointer exchange, rank 0 copies every other
-// rank's buffer into a staging area on its own device, sums them into its own buffer, and copies
-// the result back to every replica; the other ranks only take part in the two barriers. All the
-// traffic goes through one device, so it scales poorly: it is the baseline the ring is measured
-// against. Built by make_allreduce("naive", group); tested by tests/test_allreduce.cpp.
+// naive.cpp: d2l's textbook all-reduce. Step 1: rank 0 receives every other rank's buffer and
+// adds it into its own; step 2: every other rank receives the sum from rank 0. All the traffic
+// goes through one rank, so it scales poorly: it is the baseline the ring is measured against.
+// Written over the transport's steps (transport.h), so it runs across threads and processes.
+// Built by make_allreduce("naive", group); tested by tests/test_allreduce.cpp.
 #include <memory>
+#include <vector>
 
 #include "collectives/allreduce.h"
 
@@ -15,35 +16,28 @@ class NaiveAllReduce final : public AllReduce {
   explicit NaiveAllReduce(CommGroup& group) : group_(group) {}
   std::string name() const override { return "naive"; }
 
-  void reserve(int rank, size_t n) override {
-    if (rank == 0) grow(n);  // only rank 0 touches staging_
-  }
-
   void run(int rank, float* buf, size_t n) override {
     const int k = group_.size();
     if (k == 1 || n == 0) return;  // same decision on every rank: n is collective
-    group_.exchange(rank, buf);
-    if (rank == 0) {
-      Device& dev = group_.device(0);
-      grow(n);
-      float* stage = staging_.get();
-      for (int p = 1; p < k; ++p) dev.comm_copy(stage + size_t(p - 1) * n, group_.peer(p), n);
-      for (int p = 1; p < k; ++p) dev.comm_reduce(buf, stage + size_t(p - 1) * n, n);
-      for (int p = 1; p < k; ++p) dev.comm_copy(group_.peer(p), buf, n);
-    }
-    group_.barrier(rank);  // every replica holds the sum; rank 0 is done reading peers
+    group_.begin(rank, buf);
+    std::vector<SendOp> sends;
+    std::vector<RecvOp> recvs;
+    if (rank == 0)
+      for (int p = 1; p < k; ++p) recvs.push_back({p, 0, buf, n, RecvOp::Reduce});
+    else
+      sends.push_back({0, 0, n});
+    group_.step(rank, sends, recvs);  // rank 0 holds the sum
+    sends.clear();
+    recvs.clear();
+    if (rank == 0)
+      for (int p = 1; p < k; ++p) sends.push_back({p, 0, n});
+    else
+      recvs.push_back({0, 0, buf, n, RecvOp::Copy});
+    group_.step(rank, sends, recvs);  // every replica holds the sum; nobody reads buf any more
   }
 
  private:
-  void grow(size_t n) {
-    const size_t need = size_t(group_.size() - 1) * n;
-    if (need == 0 || staging_.size() >= need) return;
-    staging_.reset();
-    staging_ = Buffer(group_.device(0), need, "naive all-reduce staging");
-  }
-
   CommGroup& group_;
-  Buffer staging_;  // (k-1) * n floats on rank 0's device, grown as needed
 };
 
 }  // namespace

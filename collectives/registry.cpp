@@ -10,11 +10,12 @@ std::unique_ptr<AllReduce> make_direct_allreduce(CommGroup& group);  // direct.c
 std::unique_ptr<AllReduce> make_rhd_allreduce(CommGroup& group);     // rhd.cpp
 std::string rhd_refuse_ranks(int k);                                  // rhd.cpp
 std::unique_ptr<AllReduce> make_auto_allreduce(CommGroup& g, const AllReduceOptions& o);  // auto.cpp
+std::unique_ptr<AllReduce> make_mpi_allreduce(CommGroup& g);  // mpi_allreduce.cpp
 
 const std::vector<AllReduceEntry>& allreduce_algorithms() {
   static const std::vector<AllReduceEntry> table = {
       {"naive", "d2l's textbook version: rank 0 gathers, sums and scatters (baseline)", {},
-       nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_naive_allreduce(g); }, 7,
+       nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_naive_allreduce(g); }, 5,
        naive_link_cost},
       {"ring", "reduce-scatter + all-gather around a ring, 2(k-1) steps", {}, nullptr,
        [](CommGroup& g, const AllReduceOptions&) { return make_ring_allreduce(g); }, 5,
@@ -32,6 +33,9 @@ const std::vector<AllReduceEntry>& allreduce_algorithms() {
        nccl_refuse_ranks,
        [](CommGroup& g, const AllReduceOptions&) { return make_nccl_allreduce(g); }, 0,
        ring_link_cost},  // NCCL's ring
+      {"mpi", "MPI_Allreduce in place (the MPI library's own choice; our schedules' peer)", {},
+       nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_mpi_allreduce(g); }, 0,
+       nullptr, AllReduceEntry::kProcesses},
   };
   return table;
 }
@@ -47,7 +51,8 @@ std::string allreduce_runs_on(const AllReduceEntry& e) {
   return s;
 }
 
-std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind) {
+std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind,
+                              const std::string& launcher) {
   bool here = e.runs_on.empty();
   for (BackendKind b : e.runs_on) here = here || b == kind;
   if (!here) {
@@ -57,7 +62,19 @@ std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind) 
     return "--allreduce " + e.name + " needs --backend " + allreduce_runs_on(e) + " (this run uses the " +
            backend_of_kind(kind).name + " backend; use " + others + ")";
   }
+  const bool procs = launcher != "threads";
+  if (!(e.launchers & (procs ? AllReduceEntry::kProcesses : AllReduceEntry::kThreads)))
+    return procs ? "--allreduce " + e.name + " runs only with ranks as threads of one process "
+                                             "(start dpbench without mpirun/srun)"
+                 : "--allreduce " + e.name + " runs only with one process per rank: start dpbench "
+                                             "under mpirun or srun (e.g. mpirun -np 2 dpbench "
+                                             "train --allreduce " + e.name + ")";
   return e.refuse_ranks ? e.refuse_ranks(k) : "";
+}
+
+std::string allreduce_launchers(const AllReduceEntry& e) {
+  if (e.launchers == AllReduceEntry::kBoth) return "threads, processes";
+  return e.launchers == AllReduceEntry::kThreads ? "threads" : "processes";
 }
 
 }  // namespace dpb

@@ -2,8 +2,9 @@
 // help, the backends it runs on, its constraints on the rank count k, its factory and its
 // memory-traffic model. make_allreduce, the trainer's validate(), the CLI's choices and --help,
 // dpbench-micro's registrations and counters, and the test loops all read this table.
-// Adding an algorithm: its file (collectives/<name>.cpp, written over Device's comm primitives
-// and CommGroup like naive.cpp and ring.cpp) and one entry in registry.cpp.
+// Adding an algorithm: its file (collectives/<name>.cpp, written over CommGroup's transport steps
+// like naive.cpp and ring.cpp, so it runs across threads and processes) and one entry in
+// registry.cpp.
 #pragma once
 #include <memory>
 #include <string>
@@ -30,13 +31,21 @@ struct AllReduceEntry {
   // `bytes` per rank over k ranks; what `dpbench project` and the link benchmarks use. nullptr:
   // none of its own (auto: the cost of the algorithm its tuning table picks).
   double (*link_cost)(double bytes, int k, const LinkSpec& link);
+  // Where its ranks may live: threads of one process, processes (one rank each, started by
+  // mpirun/srun; collectives/mpi_transport.h), or both.
+  enum Launchers { kThreads = 1, kProcesses = 2, kBoth = 3 };
+  int launchers = kBoth;
 };
 
 const std::vector<AllReduceEntry>& allreduce_algorithms();
 // The entry called name; throws "--allreduce: unknown algorithm 'x' (valid: ...)".
 const AllReduceEntry& find_allreduce(const std::string& name);
-// "" when `e` may run with k ranks on devices of this kind, else the reason (names e and k).
-std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind);
+// "" when `e` may run with k ranks on devices of this kind, launched as `launcher` ("threads" |
+// "mpi"), else the reason (names e and k).
+std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind,
+                              const std::string& launcher = "threads");
+// "threads", "processes" or "threads, processes": where the entry's ranks may live.
+std::string allreduce_launchers(const AllReduceEntry& e);
 // "cpu, cuda" or "every backend": where the entry runs, for --help and messages.
 std::string allreduce_runs_on(const AllReduceEntry& e);
 // nccl-tests' bus-bandwidth factor of all-reduce, the same for every algorithm so that numbers

@@ -1,10 +1,11 @@
-// rhd.cpp: recursive halving and doubling (Rabenseifner's all-reduce), for k a power of two.
+// rhd.cpp: recursive halving and doubling (Rabenseifner's all-reduce), for k a power of two,
+// over the transport's steps (transport.h).
 // The buffer is split into k chunks (chunk_begin/chunk_size); a rank's segment is a range of
 // chunks. Reduce-scatter by recursive halving, steps d = k/2, k/4, ..., 1: rank r and its partner
 // r^d hold the same segment; each keeps one half (r keeps the lower half when bit d of r is 0) and
 // adds the partner's copy of that half into its own. After log2 k steps rank r holds the full sum
 // of chunk r. All-gather by recursive doubling, d = 1, 2, ..., k/2: rank r copies its partner's
-// (complete) segment, doubling its own. A device-ordered barrier ends every step: 2 log2 k + 1
+// (complete) segment, doubling its own. A transport step (threads: a device-ordered barrier) ends every step: 2 log2 k + 1
 // barriers (with the pointer exchange) instead of the ring's 2(k-1) + 1, the same bytes moved as
 // the ring (5(k-1)n loaded + stored by all ranks together). Within a step a rank writes only its
 // kept (or received) range and its partner reads only the other one, so no step races.
@@ -26,24 +27,28 @@ class RhdAllReduce final : public AllReduce {
   void run(int rank, float* buf, size_t n) override {
     const int k = group_.size();
     if (k == 1 || n == 0) return;  // same decision on every rank: n is collective
-    Device& dev = group_.device(rank);
-    group_.exchange(rank, buf);
+    group_.begin(rank, buf);
     auto at = [&](int c) { return chunk_begin(n, k, c); };  // at(k) == n
-    int lo = 0, hi = k;                                      // this rank's segment, in chunks
-    for (int d = k / 2; d >= 1; d /= 2) {                    // reduce-scatter: halve
+    auto exchange = [&](int partner, int send_lo, int send_hi, int recv_lo, int recv_hi,
+                        RecvOp::Kind op) {
+      SendOp s{partner, at(send_lo), at(send_hi) - at(send_lo)};
+      RecvOp r{partner, at(recv_lo), buf + at(recv_lo), at(recv_hi) - at(recv_lo), op};
+      group_.step(rank, std::span<const SendOp>(&s, s.len > 0 ? 1 : 0),
+                  std::span<const RecvOp>(&r, r.len > 0 ? 1 : 0));
+    };
+    int lo = 0, hi = k;                    // this rank's segment, in chunks
+    for (int d = k / 2; d >= 1; d /= 2) {  // reduce-scatter: halve; send the half we drop
       const int mid = (lo + hi) / 2;
-      if (rank & d) lo = mid; else hi = mid;
-      if (at(hi) > at(lo))
-        dev.comm_reduce(buf + at(lo), group_.peer(rank ^ d) + at(lo), at(hi) - at(lo));
-      group_.barrier(rank);
+      const bool upper = rank & d;
+      const int olo = upper ? lo : mid, ohi = upper ? mid : hi;  // the partner's half
+      if (upper) lo = mid; else hi = mid;
+      exchange(rank ^ d, olo, ohi, lo, hi, RecvOp::Reduce);
     }
     for (int d = 1; d < k; d *= 2) {  // all-gather: the partner's segment is the sibling half
       const int plo = (rank & d) ? lo - d : hi, phi = plo + d;
-      if (at(phi) > at(plo))
-        dev.comm_copy(buf + at(plo), group_.peer(rank ^ d) + at(plo), at(phi) - at(plo));
+      exchange(rank ^ d, lo, hi, plo, phi, RecvOp::Copy);  // the last: nobody reads us after
       lo = std::min(lo, plo);
       hi = std::max(hi, phi);
-      group_.barrier(rank);  // the last one: nobody reads our buffer after run() returns
     }
   }
 

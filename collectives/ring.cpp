@@ -1,9 +1,10 @@
-// ring.cpp: ring all-reduce over Device comm primitives. The buffer is split into k chunks
+// ring.cpp: ring all-reduce over the transport's steps (transport.h): runs across threads and
+// across processes. The buffer is split into k chunks
 // (chunk_begin/chunk_size). Reduce-scatter, steps s = 0..k-2: rank r adds chunk (r-s-1) mod k
 // of its left neighbour's buffer into its own; afterwards rank r holds the full sum of chunk
 // (r+1) mod k. All-gather, steps s = 0..k-2: rank r copies chunk (r-s) mod k from its left
-// neighbour. A device-ordered barrier separates the steps, so each step reads what the left
-// neighbour finished in the step before.
+// neighbour. Each step is one transport step (threads: read the left neighbour's buffer, then
+// the device-ordered barrier; MPI: receive from the left, send to the right).
 //
 // Pipelining: each chunk is cut into m pieces and the 2(k-1)-step ring runs on piece j one tick
 // after piece j-1 (tick t does step t-j of piece j, for every piece in flight), with one barrier
@@ -11,10 +12,12 @@
 // least one step apart, hence one tick apart, so one barrier per tick is enough. On the CPU this
 // keeps what the left neighbour wrote in the last tick in cache when it is read (the buffers are
 // larger than the cache); on other devices, and under an emulated link (where every piece would
-// pay the link's latency), m = 1 (the plain ring) unless a piece size is given.
+// pay the link's latency), and across processes, m = 1 (the plain ring) unless a piece size is
+// given.
 // Built by make_allreduce("ring", group); tested by tests/test_allreduce.cpp.
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "collectives/allreduce.h"
 
@@ -28,6 +31,13 @@ namespace {
 constexpr size_t kCpuPieceFloats = size_t(16) << 10;      // 64 KB
 constexpr size_t kCpuPipelineMinBytes = size_t(8) << 20;  // all k buffers together
 
+// True when the group's local devices are paced by an emulated link.
+bool paced(const CommGroup& g) {
+  for (int r = 0; r < g.size(); ++r)
+    if (g.is_local(r)) return g.device(r).comm_paced();
+  return false;
+}
+
 // Piece j of a chunk of len floats cut into m pieces whose sizes differ by at most one.
 inline size_t split_begin(size_t len, size_t m, size_t j) {
   return j * (len / m) + std::min(j, len % m);
@@ -37,36 +47,47 @@ class RingAllReduce final : public AllReduce {
  public:
   RingAllReduce(CommGroup& group, size_t piece_floats)
       : group_(group), piece_(piece_floats),
-        auto_(piece_floats == 0 && group.device(0).kind() == BackendKind::Cpu &&
-              !group.device(0).comm_paced()) {}
+        auto_(piece_floats == 0 && group.kind() == BackendKind::Cpu &&
+              group.launcher() == "threads" && !paced(group)) {}
   std::string name() const override { return "ring"; }
 
   void run(int rank, float* buf, size_t n) override {
     const int k = group_.size();
     if (k == 1 || n == 0) return;  // same decision on every rank: n is collective
-    Device& dev = group_.device(rank);
-    group_.exchange(rank, buf);
-    const float* left = group_.peer((rank + k - 1) % k);
+    group_.begin(rank, buf);
     const int steps = 2 * (k - 1);
+    const int left = (rank + k - 1) % k, right = (rank + 1) % k;
     const size_t biggest_chunk = chunk_size(n, k, 0);
     size_t piece = piece_;
     if (auto_) piece = size_t(k) * n * sizeof(float) > kCpuPipelineMinBytes ? kCpuPieceFloats : 0;
     const size_t m = piece ? (biggest_chunk + piece - 1) / piece : 1;  // pieces per chunk
+    // What rank q receives from its left neighbour at step s of piece j: [off, off + len).
+    struct Piece { size_t off, len; bool gather; };
+    auto piece_of = [&](int q, int s, size_t j) {
+      const bool gather = s >= k - 1;
+      const int c = gather ? ((q - (s - (k - 1))) % k + k) % k : ((q - s - 1) % k + k) % k;
+      const size_t len_c = chunk_size(n, k, c);
+      const size_t lo = split_begin(len_c, m, j), hi = split_begin(len_c, m, j + 1);
+      return Piece{chunk_begin(n, k, c) + lo, hi - lo, gather};
+    };
+    std::vector<SendOp> sends;
+    std::vector<RecvOp> recvs;
+    sends.reserve(size_t(steps));
+    recvs.reserve(size_t(steps));
     for (size_t t = 0; t + 1 < m + steps; ++t) {
       // Pieces in flight at tick t: j with 0 <= t - j < steps; oldest (furthest along) first.
       const size_t j_lo = t + 1 > size_t(steps) ? t + 1 - steps : 0, j_hi = std::min(t, m - 1);
+      sends.clear();
+      recvs.clear();
       for (size_t j = j_lo; j <= j_hi; ++j) {
         const int s = int(t - j);
-        const bool gather = s >= k - 1;
-        const int c = gather ? ((rank - (s - (k - 1))) % k + k) % k : ((rank - s - 1) % k + k) % k;
-        const size_t len_c = chunk_size(n, k, c);
-        const size_t off = chunk_begin(n, k, c) + split_begin(len_c, m, j);
-        const size_t len = split_begin(len_c, m, j + 1) - split_begin(len_c, m, j);
-        if (len == 0) continue;
-        if (gather) dev.comm_copy(buf + off, left + off, len);
-        else dev.comm_reduce(buf + off, left + off, len);
+        const Piece in = piece_of(rank, s, j), out = piece_of(right, s, j);
+        if (out.len > 0) sends.push_back({right, out.off, out.len});
+        if (in.len > 0)
+          recvs.push_back({left, in.off, buf + in.off, in.len,
+                           in.gather ? RecvOp::Copy : RecvOp::Reduce});
       }
-      group_.barrier(rank);  // the last one: nobody reads this buffer after run() returns
+      group_.step(rank, sends, recvs);  // the last one: nobody reads this buffer after run()
     }
   }
 

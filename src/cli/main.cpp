@@ -1,5 +1,6 @@
 // main.cpp: the `dpbench` command line.
 //   dpbench train --model lenet --devices 2 --batch 256 --lr 0.2 --epochs 10 --csv out.csv
+//   mpirun -np 2 dpbench train --model lenet ...   # one rank per process (also srun -n 2)
 //   dpbench info            # this machine and build: CPU, memory, OS, compiler, library versions,
 //                           # GPUs, commit, backends (src/core/machine_info.h)
 //   dpbench info --csv-columns  # the training CSV's columns (name, type, meaning) as JSON
@@ -11,12 +12,14 @@
 #include <iostream>
 #include <optional>
 
+#include "collectives/mpi/mpi.h"
 #include "collectives/registry.h"
 #include "src/core/backends.h"
 #include "src/cli/selftest.h"
 #include "src/core/check.h"
 #include "src/core/registry.h"
 #include "src/core/files.h"
+#include "src/core/launcher.h"
 #include "src/core/machine_info.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
@@ -40,36 +43,44 @@ std::string allreduce_table_help() {
   std::string s;
   for (const AllReduceEntry& e : allreduce_algorithms())
     s += "  " + e.name + std::string(e.name.size() < 10 ? 10 - e.name.size() : 1, ' ') + e.help +
-         " [" + allreduce_runs_on(e) + "]\n";
+         " [" + allreduce_runs_on(e) + "; ranks as " + allreduce_launchers(e) + "]\n";
   return s;
 }
 
-std::string pick_backend(const std::string& b) {
+std::string pick_backend(const std::string& b, bool say) {
   if (b != "auto") return b;
   bool gpu = cuda_built() && cuda_device_count() > 0;
   std::string pick = gpu ? "cuda" : "cpu";
-  std::fprintf(stderr, "dpbench: --backend auto picked %s (%s)\n", pick.c_str(),
+  if (say)
+    std::fprintf(stderr, "dpbench: --backend auto picked %s (%s)\n", pick.c_str(),
                gpu ? "CUDA build and a GPU are present"
                    : (cuda_built() ? "no CUDA GPU found" : "built without CUDA"));
   return pick;
 }
 
 int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_limit,
-              int test_limit, const std::string& csv, const std::string& dump, bool quiet) {
+              int test_limit, const std::string& csv_in, const std::string& dump_in, bool quiet) {
   TrainConfig cfg = cfg_in;
+  // Process mode: only rank 0 prints, writes the CSV and the parameters.
+  const bool root = !cfg.procs.active() || cfg.procs.rank == 0;
+  const std::string csv = root ? csv_in : "", dump = root ? dump_in : "";
+  quiet = quiet || !root;
   // Output paths are checked before any work: a bad --csv must not cost a training run.
   std::optional<CsvAppender> csv_out;
   if (!csv.empty()) csv_out.emplace(csv, train_csv_header());
   if (!dump.empty()) check_output_path(dump);
-  cfg.backend = pick_backend(cfg.backend);
+  cfg.backend = pick_backend(cfg.backend, root);
   Dataset data = load_fashion_mnist(resolve_data_dir(data_dir), train_limit, test_limit);
   validate(cfg, data);
   const bool quick = train_limit > 0 || test_limit > 0;
   if (!quiet)
-    std::printf("dpbench train: %s on %d %s device(s), global batch %d, lr %g, %d epoch(s), "
+    std::printf("dpbench train: %s on %d %s device(s) (%s), global batch %d, lr %g, %d epoch(s), "
                 "allreduce %s, grad-sync %s, overlap %s, link %s; %d train / %d test examples from "
                 "%s\n",
-                cfg.model.c_str(), cfg.devices, cfg.backend.c_str(), cfg.batch, cfg.lr, cfg.epochs,
+                cfg.model.c_str(), cfg.devices, cfg.backend.c_str(),
+                cfg.procs.active() ? (std::to_string(cfg.procs.size) + " processes").c_str()
+                                   : "threads of one process",
+                cfg.batch, cfg.lr, cfg.epochs,
                 cfg.allreduce.c_str(), to_string(cfg.sync.mode).c_str(),
                 cfg.sync.overlap ? "on" : "off", cfg.link.label().c_str(), data.train.n,
                 data.test.n, data.dir.c_str());
@@ -87,6 +98,7 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
           {train_csv_row({cfg, data.train.n, data.test.n, quick, so_far.shared_gpu,
                           so_far.allreduce_resolved}, s)});
   });
+  if (!root) return 0;  // rank 0 reports (other ranks' results have no epochs)
   if (!dump.empty()) {
     std::string bytes(reinterpret_cast<const char*>(res.final_params.data()),
                       res.final_params.size() * sizeof(float));
@@ -117,7 +129,7 @@ int run_info() {
 struct TrainArgs {
   TrainConfig cfg;
   std::string data_dir, csv, dump, sync_mode = "fused", overlap = "off", backend = "auto";
-  int train_limit = 0, test_limit = 0;
+  int train_limit = 0, test_limit = 0, devices = 0;  // devices 0: not given
   bool quiet = false;
 };
 
@@ -128,6 +140,9 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       "Models:\n" + entry_help(models()) + "Backends:\n" + entry_help(backends()) +
       "All-reduce algorithms (where they run):\n" + allreduce_table_help() +
       "Gradient sync modes:\n" + entry_help(sync_modes()) +
+      "\nOne process per rank: mpirun -np K dpbench train ... (or srun -n K): detected from the "
+      "launcher's environment (OMPI_COMM_WORLD_*, PMI_*/PMIX_*, SLURM_* in a job step); only rank 0 "
+      "prints and writes files; an error on any rank ends the job (README: Running on a cluster)."
       "\nEnvironment: DPBENCH_DATA (data directory), DPB_SPIN_US (microseconds a rank waiting at a "
       "collective's barrier polls before it sleeps; default 100 when the devices, and with --overlap "
       "on their communication threads, fit the hardware threads, else 0), OMP_WAIT_POLICY "
@@ -139,8 +154,10 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   tr->add_option("--backend", a.backend,
                  choices(backends(), "auto | ", "(auto: cuda when built and a GPU is found)"))
       ->check(CLI::IsMember(backend_names))->capture_default_str();
-  tr->add_option("--devices", cfg.devices, "number of logical devices (ranks)")
-      ->check(CLI::Range(1, 64))->capture_default_str();
+  tr->add_option("--devices", a.devices,
+                 "number of logical devices (ranks; default 1). Under mpirun/srun: one rank per "
+                 "process, default (and only value) the process count")
+      ->check(CLI::Range(1, 64));
   tr->add_option("--batch", cfg.batch, "global minibatch size (split across devices)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   tr->add_option("--lr", cfg.lr, "learning rate (SGD, no momentum)")->check(CLI::PositiveNumber)
@@ -186,6 +203,33 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   return tr;
 }
 
+// `dpbench train`: ranks as threads, or (started by mpirun/srun) this process's one rank. In
+// process mode an error on this rank is printed as "rank R: ..." and ends the whole job.
+int train_main(TrainArgs& t) {
+  LaunchEnv env;
+  std::optional<MpiSession> mpi;
+  try {
+    env = detect_launch_env();
+    t.cfg.backend = t.backend;
+    t.cfg.sync.mode = parse_sync_mode(t.sync_mode);
+    t.cfg.sync.overlap = t.overlap == "on";
+    t.cfg.devices = t.devices > 0 ? t.devices : 1;
+    if (env.processes) {
+      mpi.emplace();
+      t.cfg.procs = {mpi->size(), mpi->rank(), mpi->local_rank(), mpi->local_size()};
+      if (t.devices == 0) t.cfg.devices = mpi->size();
+    }
+    return run_train(t.cfg, t.data_dir, t.train_limit, t.test_limit, t.csv, t.dump, t.quiet);
+  } catch (const std::exception& e) {
+    if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), e.what());  // ends every process
+    if (env.processes)
+      std::fprintf(stderr, "dpbench: rank %d: error: %s\n", env.rank, e.what());
+    else
+      std::fprintf(stderr, "dpbench: error: %s\n", e.what());
+    return 2;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -217,13 +261,9 @@ int main(int argc, char** argv) {
     if (info->parsed()) return run_info();
     if (project->parsed()) return run_project(project_args);
     if (selftest_cmd->parsed()) return run_selftest(selftest);
-    TrainArgs& t = train_args;
-    t.cfg.backend = t.backend;
-    t.cfg.sync.mode = parse_sync_mode(t.sync_mode);
-    t.cfg.sync.overlap = t.overlap == "on";
-    return run_train(t.cfg, t.data_dir, t.train_limit, t.test_limit, t.csv, t.dump, t.quiet);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dpbench: error: %s\n", e.what());
     return 2;
   }
+  return train_main(train_args);
 }

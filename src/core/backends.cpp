@@ -19,11 +19,12 @@ std::string cuda_unavailable() {
   if (cuda_device_count() == 0) return "no CUDA GPU found (driver or device missing)";
   return "";
 }
-// Rank r on GPU r mod count: ranks share GPUs when there are more ranks than GPUs.
+// Rank r on GPU r mod count (one process per rank: its local rank mod count): ranks share GPUs
+// when there are more ranks than GPUs.
 std::unique_ptr<Device> make_cuda(int rank, const DeviceOptions& o) {
   const int ngpu = cuda_device_count();
   DPB_CHECK(ngpu > 0, "--backend cuda: " << cuda_unavailable());
-  return make_cuda_device(rank, rank % ngpu, o.tf32);
+  return make_cuda_device(rank, (o.gpu >= 0 ? o.gpu : rank) % ngpu, o.tf32);
 }
 
 std::string async_unavailable() { return ""; }

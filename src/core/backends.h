@@ -14,6 +14,8 @@ namespace dpb {
 struct DeviceOptions {
   int threads = 1;     // CPU math threads per device
   bool tf32 = false;   // CUDA: allow TF32 tensor-core math
+  int gpu = -1;        // CUDA: this GPU (mod the count); -1: rank mod count (one process per GPU
+                       // passes its local rank)
 };
 
 struct BackendEntry {

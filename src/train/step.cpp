@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "collectives/mpi/mpi.h"
 #include "src/core/check.h"
 #include "src/core/nvtx.h"
 
@@ -16,6 +17,14 @@ RankSet::RankSet(std::vector<std::unique_ptr<Device>> devices, const std::string
   std::vector<Device*> ptrs;
   for (auto& d : devs) ptrs.push_back(d.get());
   group = std::make_unique<CommGroup>(int(ptrs.size()), ptrs);
+  allreduce = make_allreduce(algorithm, *group, opts);
+}
+
+RankSet::RankSet(std::unique_ptr<Device> dev, int processes, const std::string& algorithm,
+                 const AllReduceOptions& opts) {
+  const int rank = dev->rank();
+  devs.push_back(std::move(dev));
+  group = std::make_unique<CommGroup>(make_mpi_transport(*devs[0], rank, processes));
   allreduce = make_allreduce(algorithm, *group, opts);
 }
 
@@ -46,10 +55,16 @@ Replica make_replica(Device& dev, const std::string& model, int max_batch,
 
 void broadcast_params(Replica& rep, CommGroup& group) {
   NvtxRange nv("broadcast parameters");
-  const int r = rep.dev->rank();
-  group.exchange(r, rep.w.get());
-  if (r != 0) rep.dev->comm_copy(rep.w.get(), group.peer(0), rep.num_params());
-  group.barrier(r);
+  const int r = rep.dev->rank(), k = group.size();
+  const size_t P = rep.num_params();
+  group.begin(r, rep.w.get());
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  if (r == 0)
+    for (int p = 1; p < k; ++p) sends.push_back({p, 0, P});
+  else
+    recvs.push_back({0, 0, rep.w.get(), P, RecvOp::Copy});
+  group.step(r, sends, recvs);
   rep.dev->comm_synchronize();
 }
 
@@ -128,27 +143,40 @@ void end_epoch(Replica& rep) {
   rep.dev->download(rep.host_stats, rep.stats.get(), 2);
 }
 
-EpochStats epoch_stats(const std::vector<Replica>& reps, int steps, int examples, double epoch_s) {
-  const Replica& r0 = reps[0];
+EpochStats epoch_stats(const Replica& rep, CommGroup& group, int steps, int examples,
+                       double epoch_s) {
+  const int r = rep.dev->rank(), k = group.size();
+  // Rank 0's parameters to every rank, which compares its own (bitwise) ...
+  std::vector<float> w0;
+  if (r != 0) w0.resize(rep.host_w.size());
+  const float* ref = r == 0 ? rep.host_w.data() : w0.data();
+  group.broadcast_host(r, const_cast<float*>(ref), rep.host_w.size() * sizeof(float), 0);
+  double maxdiff = 0;
+  for (size_t i = 0; i < rep.host_w.size(); ++i)
+    maxdiff = std::max(maxdiff, double(std::fabs(rep.host_w[i] - ref[i])));
+  // ... then every rank's {loss sum, correct, difference} to every rank.
+  const double mine[3] = {rep.host_stats[0], rep.host_stats[1], maxdiff};
+  std::vector<double> all(size_t(3) * k);
+  group.allgather_host(r, mine, all.data(), sizeof mine);
   EpochStats st;
   st.epoch_s = epoch_s;
   st.images_per_s = examples / epoch_s;
-  double loss = 0, correct = 0, maxdiff = 0;
-  for (const Replica& o : reps) {
-    loss += o.host_stats[0];
-    correct += o.host_stats[1];
-    for (size_t i = 0; i < r0.host_w.size(); ++i)
-      maxdiff = std::max(maxdiff, double(std::fabs(o.host_w[i] - r0.host_w[i])));
+  double loss = 0, correct = 0;
+  maxdiff = 0;
+  for (int p = 0; p < k; ++p) {
+    loss += all[3 * p];
+    correct += all[3 * p + 1];
+    maxdiff = std::max(maxdiff, all[3 * p + 2]);
   }
   st.train_loss = loss / steps;
   st.train_acc = correct / examples;
   st.max_replica_diff = maxdiff;
   st.replicas_in_sync = maxdiff == 0.0;
-  const SyncTimes& t = r0.sync->times();
+  const SyncTimes& t = rep.sync->times();  // this rank's (the trainer reports rank 0's)
   st.comm_s = t.comm_s;
   st.exposed_comm_s = t.exposed_s;
   st.comm_calls = t.calls;
-  st.data_s = r0.data_timer->seconds();
+  st.data_s = rep.data_timer->seconds();
   st.compute_s = std::max(0.0, epoch_s - st.data_s - t.exposed_s);
   return st;
 }

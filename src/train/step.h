@@ -27,17 +27,22 @@ namespace dpb {
 constexpr int kClasses = 10;
 constexpr int kPixels = 28 * 28;
 
-// What the k ranks share. Members are destroyed in reverse order of declaration: the all-reduce
-// before the group it uses, the group before the devices. Whatever uses them (replicas, whose
-// GradSync has a communication thread) must be destroyed first: declare it after a RankSet.
+// The ranks of this process and what they share with the others. Threads: k devices, ranks 0..k-1,
+// all local. Processes: this process's one rank of a group over MPI (collectives/mpi/mpi.h).
+// Members are destroyed in reverse order of declaration: the all-reduce before the group it uses,
+// the group before the devices. Whatever uses them (replicas, whose GradSync has a communication
+// thread) must be destroyed first: declare it after a RankSet.
 struct RankSet {
   RankSet(std::vector<std::unique_ptr<Device>> devices, const std::string& allreduce,
           const AllReduceOptions& opts = {});
-  std::vector<std::unique_ptr<Device>> devs;
+  // Rank dev->rank() of `processes` processes, one rank each (MPI must be initialized).
+  RankSet(std::unique_ptr<Device> dev, int processes, const std::string& allreduce,
+          const AllReduceOptions& opts = {});
+  std::vector<std::unique_ptr<Device>> devs;  // the local ranks' devices
   std::unique_ptr<CommGroup> group;
   std::unique_ptr<AllReduce> allreduce;
-  int size() const { return int(devs.size()); }
-  Device& operator[](int r) const { return *devs[r]; }
+  int size() const { return int(devs.size()); }  // local ranks
+  Device& operator[](int i) const { return *devs[i]; }  // local rank i (rank devs[i]->rank())
   // On a rank's failure: wakes every rank blocked in the all-reduce or the group (they throw).
   void abort(int rank, const std::string& why);
 };
@@ -60,7 +65,7 @@ struct Replica {
 Replica make_replica(Device& dev, const std::string& model, int max_batch,
                      const GradSyncConfig& sync, AllReduce& ar);
 
-// Copies rank 0's parameters to every replica over the transport (every rank calls it).
+// Copies rank 0's parameters to every replica through the group's transport (every rank calls it).
 void broadcast_params(Replica& rep, CommGroup& group);
 
 // Data: n examples (uint8 pixels, labels) from the host into the replica's batch buffers.
@@ -79,11 +84,14 @@ void step_update(Replica& rep, float lr);  // SGD
 void train_step(Replica& rep, int n, int global_batch, float lr);  // all four, reducing
 
 // Epoch statistics: begin_epoch zeroes the replica's accumulators and times; end_epoch copies
-// its parameters and accumulators to the host; epoch_stats (rank 0, after every rank's
-// end_epoch) sums them and compares the replicas. steps and examples: the epoch's.
+// its parameters and accumulators to the host; epoch_stats (every rank, after its end_epoch; a
+// collective over the group: rank 0's parameters are broadcast, every rank compares its own,
+// the sums and differences are all-gathered) sums them and compares the replicas; the result is
+// the same on every rank, with rank 0's times. steps and examples: the epoch's.
 void begin_epoch(Replica& rep);
 void end_epoch(Replica& rep);
-EpochStats epoch_stats(const std::vector<Replica>& reps, int steps, int examples, double epoch_s);
+EpochStats epoch_stats(const Replica& rep, CommGroup& group, int steps, int examples,
+                       double epoch_s);
 
 // Accuracy on split in batches of at most the model's max_batch (inference mode).
 double evaluate(Replica& rep, const Split& split);

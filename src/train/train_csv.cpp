@@ -29,6 +29,11 @@ const std::vector<CsvColumn>& train_csv_columns() {
       {"backend", kText, "cpu | cuda", [](Run r, Ep) { return r.cfg.backend; }},
       {"devices", kNum, "ranks (logical devices)",
        [](Run r, Ep) { return integer(r.cfg.devices); }},
+      {"launcher", kText, "threads (ranks are threads of one process) | mpi (one process per rank, "
+                          "mpirun/srun)",
+       [](Run r, Ep) { return r.cfg.launcher(); }},
+      {"processes", kNum, "processes the ranks ran in (1 for threads)",
+       [](Run r, Ep) { return integer(r.cfg.procs.active() ? r.cfg.procs.size : 1); }},
       {"shared_gpu", kNum, "1 when CUDA ranks share GPUs",
        [](Run r, Ep) { return integer(r.shared_gpu); }},
       {"quick", kNum, "1 when data subsets were used", [](Run r, Ep) { return integer(r.quick); }},

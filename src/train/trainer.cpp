@@ -42,11 +42,10 @@ class Run {
   TrainResult go();
 
  private:
-  static std::vector<std::unique_ptr<Device>> devices(const TrainConfig& cfg,
-                                                      const DeviceFactory& make_dev);
-  void rank_main(int r);
-  double train_epoch(int r, int e, double& lr);  // returns the epoch's time
-  void report_epoch(int e, double epoch_s, double lr);  // rank 0
+  static RankSet make_ranks(const TrainConfig& cfg, const DeviceFactory& make_dev);
+  void rank_main(int i);                         // i: local rank (index into reps_)
+  double train_epoch(int i, int e, double& lr);  // returns the epoch's time
+  void report_epoch(EpochStats st, int e, double lr);  // rank 0
 
   const TrainConfig& cfg_;
   const Dataset& data_;
@@ -55,69 +54,90 @@ class Run {
   RankSet ranks_;
   std::vector<Replica> reps_;
   RankThreads pool_;
-  std::vector<int> perm_;  // this epoch's order of the training examples (rank 0 draws it)
+  std::vector<int> perm_;  // this epoch's order of the training examples (local rank 0 draws it)
   TrainResult result_;
 };
 
-std::vector<std::unique_ptr<Device>> Run::devices(const TrainConfig& cfg,
-                                                  const DeviceFactory& make_dev) {
+// Threads: k devices in one process; processes: this process's one device (its GPU picked by its
+// local rank) in a group over MPI.
+RankSet Run::make_ranks(const TrainConfig& cfg, const DeviceFactory& make_dev) {
   const int hw = std::max(1u, std::thread::hardware_concurrency());
-  const int threads = cfg.threads > 0 ? cfg.threads : std::max(1, hw / cfg.devices);
+  const int local = cfg.procs.active() ? cfg.procs.local_size : cfg.devices;
+  const int threads = cfg.threads > 0 ? cfg.threads : std::max(1, hw / std::max(1, local));
+  const AllReduceOptions opts{cfg.tune_file};
+  if (cfg.procs.active()) {
+    const int r = cfg.procs.rank;
+    std::unique_ptr<Device> dev =
+        make_dev ? make_dev(r, threads)
+                 : make_device(cfg.backend, r, DeviceOptions{threads, cfg.tf32, cfg.procs.local_rank});
+    return RankSet(std::move(dev), cfg.procs.size, cfg.allreduce, opts);
+  }
   std::vector<std::unique_ptr<Device>> devs;
   if (!make_dev) devs = make_devices(cfg.backend, cfg.devices, threads, cfg.tf32);
   else
     for (int r = 0; r < cfg.devices; ++r) devs.push_back(make_dev(r, threads));
   attach_link(devs, cfg.link);  // no-op without an emulated link
-  return devs;
+  return RankSet(std::move(devs), cfg.allreduce, opts);
 }
 
-// Sets up every rank before any work, so configuration and memory errors surface here.
+// Sets up every local rank before any work, so configuration and memory errors surface here.
 Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_dev,
          const EpochCallback& on_epoch)
     : cfg_(cfg), data_(data), on_epoch_(on_epoch), k_(cfg.devices),
-      steps_((data.train.n + cfg.batch - 1) / cfg.batch),
-      ranks_(devices(cfg, make_dev), cfg.allreduce, AllReduceOptions{cfg.tune_file}),
-      pool_(k_, [this](int r, const std::string& why) { ranks_.abort(r, why); }) {
+      steps_((data.train.n + cfg.batch - 1) / cfg.batch), ranks_(make_ranks(cfg, make_dev)),
+      pool_(ranks_.size(), [this](int i, const std::string& why) {
+        ranks_.abort(ranks_[i].rank(), why);
+      }) {
   adapt_barrier_spin(*ranks_.group, cfg.sync);
   result_.allreduce_resolved = ranks_.allreduce->describe();
   const int shard_max = (cfg.batch + k_ - 1) / k_;
   const int eval_batch = std::max(shard_max, 64);
-  for (int r = 0; r < k_; ++r) {
-    reps_.push_back(make_replica(ranks_[r], cfg.model, r == 0 ? eval_batch : shard_max, cfg.sync,
+  for (int i = 0; i < ranks_.size(); ++i) {
+    const int r = ranks_[i].rank();
+    reps_.push_back(make_replica(ranks_[i], cfg.model, r == 0 ? eval_batch : shard_max, cfg.sync,
                                  *ranks_.allreduce));
-    result_.device_names.push_back(ranks_[r].name());
+    result_.device_names.push_back(ranks_[i].name());
   }
-  result_.shared_gpu = cfg.backend == "cuda" && k_ > cuda_device_count();
-  const std::vector<float> init = init_params(model_param_layout(cfg.model), cfg.seed);
-  ranks_[0].upload(reps_[0].w.get(), init.data(), init.size());  // rank 0 initializes ...
+  const int ngpu = cfg.backend == "cuda" ? cuda_device_count() : 0;
+  result_.shared_gpu = cfg.backend == "cuda" &&
+                       (cfg.procs.active() ? cfg.procs.local_size > ngpu : k_ > ngpu);
+  if (ranks_.group->is_local(0)) {  // rank 0 initializes ...
+    const std::vector<float> init = init_params(model_param_layout(cfg.model), cfg.seed);
+    ranks_[0].upload(reps_[0].w.get(), init.data(), init.size());
+  }
 }
 
 TrainResult Run::go() {
-  pool_.run([this](int r) { rank_main(r); });
+  pool_.run([this](int i) { rank_main(i); });
   return std::move(result_);
 }
 
-void Run::rank_main(int r) {
-  broadcast_params(reps_[r], *ranks_.group);  // ... and broadcasts to every replica
+// Local rank i (global rank reps_[i].dev->rank()).
+void Run::rank_main(int i) {
+  Replica& rep = reps_[i];
+  const int r = rep.dev->rank();
+  broadcast_params(rep, *ranks_.group);  // ... and broadcasts to every replica
   for (int e = 0; e < cfg_.epochs; ++e) {
     NvtxRange nv_epoch("epoch " + std::to_string(e + 1));
     double lr = cfg_.lr;
-    const double epoch_s = train_epoch(r, e, lr);
+    const double epoch_s = train_epoch(i, e, lr);
     // ---- end of epoch: replica check, statistics, evaluation (not timed) ----
-    end_epoch(reps_[r]);
-    pool_.align(r);
-    if (r == 0) report_epoch(e, epoch_s, lr);
-    pool_.align(r);
+    end_epoch(rep);
+    EpochStats st = epoch_stats(rep, *ranks_.group, steps_, data_.train.n, epoch_s);
+    if (r == 0) report_epoch(st, e, lr);
+    pool_.align(i);
   }
-  if (r == 0) result_.final_params = reps_[0].host_w;
+  if (r == 0) result_.final_params = rep.host_w;
 }
 
-double Run::train_epoch(int r, int e, double& lr) {
-  Replica& rep = reps_[r];
+double Run::train_epoch(int i, int e, double& lr) {
+  Replica& rep = reps_[i];
+  const int r = rep.dev->rank();
   const int ntrain = data_.train.n;
-  if (r == 0) perm_ = epoch_permutation(ntrain, cfg_.seed, e);
+  if (i == 0) perm_ = epoch_permutation(ntrain, cfg_.seed, e);  // every process draws the same
   begin_epoch(rep);
-  pool_.align(r);
+  pool_.align(i);
+  ranks_.group->barrier(r);  // processes: start the clock together
   const auto t0 = Clock::now();
   auto last_report = t0;
   for (int s = 0; s < steps_; ++s) {
@@ -134,15 +154,15 @@ double Run::train_epoch(int r, int e, double& lr) {
     }
   }
   rep.dev->synchronize();
-  pool_.align(r);
+  pool_.align(i);
+  ranks_.group->barrier(r);  // the epoch ends when the slowest rank is done
   return since(t0);
 }
 
-void Run::report_epoch(int e, double epoch_s, double lr) {
-  EpochStats st = epoch_stats(reps_, steps_, data_.train.n, epoch_s);
+void Run::report_epoch(EpochStats st, int e, double lr) {
   st.epoch = e + 1;
   st.lr_end = lr;
-  st.test_acc = evaluate(reps_[0], data_.test);
+  st.test_acc = evaluate(reps_[0], data_.test);  // reps_[0] is rank 0 when it is local
   result_.epochs.push_back(st);
   if (on_epoch_) on_epoch_(st, result_);
 }
@@ -167,7 +187,16 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
             "--link-gbps/--link-latency-us: the emulated link needs --backend cpu (GPU transfers "
             "use the real interconnect)");
   DPB_CHECK(cfg.threads >= 0, "--threads: must be >= 0, got " << cfg.threads);
-  const std::string why = allreduce_refusal(find_allreduce(cfg.allreduce), cfg.devices, backend.kind);
+  if (cfg.procs.active()) {
+    DPB_CHECK(cfg.devices == cfg.procs.size,
+              "--devices " << cfg.devices << ": this run has " << cfg.procs.size
+                           << " processes (one rank each); omit --devices or give " << cfg.procs.size);
+    DPB_CHECK(!cfg.link.enabled(),
+              "--link-gbps/--link-latency-us: the emulated link paces ranks that are threads of "
+              "one process; with one process per rank the real transport is timed (omit them)");
+  }
+  const std::string why = allreduce_refusal(find_allreduce(cfg.allreduce), cfg.devices,
+                                            backend.kind, cfg.launcher());
   DPB_CHECK(why.empty(), why);
   if (!cfg.tune_file.empty()) load_tune_file(cfg.tune_file);  // throws naming what is wrong
   DPB_CHECK(data.train.n >= cfg.devices, "training set: " << data.train.n

@@ -1,13 +1,16 @@
 // trainer.h: data-parallel training, written once over Device, AllReduce and GradSync.
 //
-// k ranks, one host thread each, each with its own device and model replica. Every global
+// k ranks, one host thread each (or, under mpirun/srun, one process each: cfg.procs), each with
+// its own device and model replica. Every global
 // minibatch (one shuffle per epoch from the seed, so the batches are the same for every k) is
 // split into k contiguous shards whose sizes differ by at most one; each rank computes the loss
 // (normalized by the global batch size, so k ranks compute the same update as one) and gradients
 // on its shard; gradients are all-reduced (an algorithm and a mode of the tables in
 // collectives/registry.h and grad_sync.h, with or without overlap); every replica takes the
 // identical SGD step. Parameters are broadcast from rank 0 at the start; at the end of every
-// epoch all replicas are compared.
+// epoch all replicas are compared. All cross-rank work goes through the CommGroup's transport.
+// Process mode: every process runs train(); only rank 0's result has the epochs, and on_epoch is
+// called on rank 0 only.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -20,6 +23,16 @@
 #include "src/data/dataset.h"
 
 namespace dpb {
+
+// Where the ranks live when each is a process (started by mpirun or srun; src/core/launcher.h and
+// collectives/mpi/mpi.h): size 0 means the ranks are threads of this process.
+struct ProcessPlace {
+  int size = 0;        // processes (= ranks = --devices); 0: thread mode
+  int rank = 0;        // this process's rank
+  int local_rank = 0;  // among the processes of this node: picks the GPU (local_rank mod GPUs)
+  int local_size = 1;  // processes on this node: share the cores (CPU math threads)
+  bool active() const { return size > 0; }
+};
 
 struct TrainConfig {
   std::string model = "lenet";
@@ -37,6 +50,8 @@ struct TrainConfig {
   bool tf32 = false;
   LinkSpec link;  // emulated link between ranks (CPU backend); disabled: real memory copies
   bool progress = true;  // progress lines on stderr during long epochs
+  ProcessPlace procs;    // one rank per process (MPI initialized by the caller), or threads
+  std::string launcher() const { return procs.active() ? "mpi" : "threads"; }
 };
 
 struct EpochStats {

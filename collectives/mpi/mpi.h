@@ -1,0 +1,62 @@
+// mpi.h: one rank per process over MPI (no MPI types in this header: the rest of dpbench includes
+// it whether or not MPI was found at build time; without MPI every function here throws).
+//
+//   LaunchEnv env = detect_launch_env();          // src/core/launcher.h
+//   if (env.processes) {
+//     MpiSession mpi;                               // MPI_Init_thread(MPI_THREAD_MULTIPLE)
+//     auto dev = make_device("cpu", mpi.rank(), {threads, false, mpi.local_rank()});
+//     CommGroup group(make_mpi_transport(*dev, mpi.rank(), mpi.size()));
+//   }
+//
+// The MPI transport (transport.h): a step posts MPI_Irecv into host staging for every receive and
+// MPI_Isend for every send, waits for all, then applies the receives with the device's comm_copy /
+// comm_reduce. Devices whose memory the host cannot read (CUDA) go through host staging: download
+// before sending, upload to a device staging buffer before applying. Failure: abort() prints
+// "rank R: why" and calls MPI_Abort, which ends every process of the job (a rank blocked in MPI
+// cannot be woken otherwise); a process killed from outside is detected by the launcher (OpenMPI's
+// mpirun, srun), which ends the others.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "collectives/transport.h"
+
+namespace dpb {
+
+bool mpi_built();  // this dpbench was built with MPI
+
+// MPI for this process: MPI_Init_thread asking for MPI_THREAD_MULTIPLE (a rank's thread and its
+// GradSync communication thread both call MPI), MPI_Finalize at the end. Throws dpb::Error when
+// MPI was not built in or the library provides less than MPI_THREAD_MULTIPLE. One per process.
+class MpiSession {
+ public:
+  MpiSession();
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }  // rank among the processes of this node
+  int local_size() const { return local_size_; }
+  std::string library() const { return library_; }  // "Open MPI v4.1.4, ..."
+
+ private:
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  std::string library_;
+};
+
+// The transport of rank `rank` (this process) in a group of `size` processes; dev is its device.
+// Collective: every process makes its transports in the same order (each gets its own
+// communicator, MPI_Comm_dup of MPI_COMM_WORLD).
+std::unique_ptr<Transport> make_mpi_transport(Device& dev, int rank, int size);
+
+// MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM) on the MPI transport's communicator
+// (host staging for devices the host cannot read). Throws when t is not an MPI transport.
+void mpi_allreduce_sum(Transport& t, int rank, float* buf, size_t n);
+
+// Prints "dpbench: rank R: error: msg" on stderr and ends the job (MPI_Abort). For errors outside
+// any group (configuration, data) on one process.
+[[noreturn]] void mpi_abort_job(int rank, const std::string& msg);
+
+}  // namespace dpb

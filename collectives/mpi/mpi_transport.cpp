@@ -1,0 +1,246 @@
+// mpi_transport.cpp: MpiSession, the MPI transport and MPI_Allreduce (see mpi.h). Built only when
+// CMake finds MPI (else mpi_absent.cpp). Tested by tests/mpi_test.sh (mpirun -np 2 and 3).
+#include <mpi.h>
+
+#include <climits>
+#include <cstdio>
+#include <vector>
+
+#include "collectives/allreduce.h"
+#include "collectives/mpi/mpi.h"
+#include "src/core/check.h"
+
+namespace dpb {
+namespace {
+
+std::string mpi_error(int code) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(msg, size_t(len));
+}
+
+}  // namespace
+
+// MPI_CHECK(call, "context"): throws dpb::Error naming the call, the context and MPI's message.
+#define MPI_CHECK(call, ctx)                                                              \
+  do {                                                                                    \
+    const int dpb_rc_ = (call);                                                           \
+    DPB_CHECK(dpb_rc_ == MPI_SUCCESS, #call << " failed (" << ctx << "): " << mpi_error(dpb_rc_)); \
+  } while (0)
+
+bool mpi_built() { return true; }
+
+MpiSession::MpiSession() {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  DPB_CHECK(!inited, "MpiSession: MPI is already initialized (one MpiSession per process)");
+  int provided = 0;
+  MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "start-up");
+  // Errors come back as codes (MPI_CHECK turns them into messages) instead of aborting silently.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "world");
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_), "world");
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  if (MPI_Get_library_version(lib, &len) == MPI_SUCCESS) {
+    library_.assign(lib, size_t(len));
+    if (auto nl = library_.find('\n'); nl != std::string::npos) library_.resize(nl);
+  }
+  if (provided < MPI_THREAD_MULTIPLE) {
+    const std::string why =
+        "the MPI library (" + library_ + ") provides thread level " + std::to_string(provided) +
+        " but dpbench needs MPI_THREAD_MULTIPLE (" + std::to_string(MPI_THREAD_MULTIPLE) +
+        "): a rank's thread and its gradient communication thread both call MPI. Use an MPI "
+        "built with thread support (Debian's OpenMPI is)";
+    MPI_Finalize();
+    throw Error(why);
+  }
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+            "processes of this node");
+  MPI_Comm_rank(node, &local_rank_);
+  MPI_Comm_size(node, &local_size_);
+  MPI_Comm_free(&node);
+}
+
+MpiSession::~MpiSession() { MPI_Finalize(); }
+
+void mpi_abort_job(int rank, const std::string& msg) {
+  std::fprintf(stderr, "dpbench: rank %d: error: %s\n", rank, msg.c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  MPI_Abort(MPI_COMM_WORLD, 2);
+  std::_Exit(2);  // not reached: MPI_Abort does not return
+}
+
+namespace {
+
+class MpiTransport final : public Transport {
+ public:
+  MpiTransport(Device& dev, int rank, int size) : dev_(dev), rank_(rank), size_(size) {
+    int world = 0, me = 0;
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world), "world");
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &me), "world");
+    DPB_CHECK(world == size && me == rank, "MPI transport: rank " << rank << " of " << size
+                                               << " but MPI_COMM_WORLD has rank " << me << " of "
+                                               << world);
+    DPB_CHECK(dev.rank() == rank, "MPI transport: the device is rank " << dev.rank()
+                                                                       << "'s, not rank " << rank);
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "a communicator for the group");
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    host_ = dev.kind() == BackendKind::Cpu;  // CPU: device memory is host memory, ops synchronous
+  }
+  ~MpiTransport() override { MPI_Comm_free(&comm_); }
+
+  std::string launcher() const override { return "mpi"; }
+  int size() const override { return size_; }
+  int processes() const override { return size_; }
+  bool is_local(int rank) const override { return rank == rank_; }
+  Device& device(int rank) const override {
+    DPB_CHECK(rank == rank_, "rank " << rank << " lives in another process (this one is rank "
+                                     << rank_ << ")");
+    return dev_;
+  }
+  BackendKind kind() const override { return dev_.kind(); }
+
+  void begin(int rank, float* buf) override {
+    check(rank);
+    buf_ = buf;
+  }
+
+  void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs) override {
+    check(rank);
+    size_t rtotal = 0, stotal = 0;
+    for (const RecvOp& r : recvs) rtotal += r.len;
+    for (const SendOp& s : sends) stotal += s.len;
+    if (rstage_.size() < rtotal) rstage_.resize(rtotal);
+    reqs_.clear();
+    size_t o = 0;
+    for (const RecvOp& r : recvs) {
+      if (r.len == 0) continue;
+      reqs_.emplace_back();
+      MPI_CHECK(MPI_Irecv(rstage_.data() + o, count(r.len), MPI_FLOAT, r.from, kTag, comm_,
+                          &reqs_.back()),
+                "rank " << rank_ << " receiving " << r.len << " floats from rank " << r.from);
+      o += r.len;
+    }
+    if (!host_) {  // the sent data must be on the host: wait for the comm stream, download
+      dev_.comm_synchronize();
+      if (sstage_.size() < stotal) sstage_.resize(stotal);
+    }
+    o = 0;
+    for (const SendOp& s : sends) {
+      if (s.len == 0) continue;
+      const float* src = buf_ + s.off;
+      if (!host_) {
+        dev_.download(sstage_.data() + o, src, s.len);
+        src = sstage_.data() + o;
+        o += s.len;
+      }
+      reqs_.emplace_back();
+      MPI_CHECK(MPI_Isend(src, count(s.len), MPI_FLOAT, s.to, kTag, comm_, &reqs_.back()),
+                "rank " << rank_ << " sending " << s.len << " floats to rank " << s.to);
+    }
+    MPI_CHECK(MPI_Waitall(int(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE),
+              "rank " << rank_ << ", a step of " << sends.size() << " sends and " << recvs.size()
+                      << " receives");
+    apply(recvs, rtotal);
+  }
+
+  void barrier(int rank) override {
+    check(rank);
+    if (!host_) dev_.comm_synchronize();
+    MPI_CHECK(MPI_Barrier(comm_), "rank " << rank_ << ", barrier");
+  }
+
+  void broadcast_host(int rank, void* data, size_t bytes, int root) override {
+    check(rank);
+    MPI_CHECK(MPI_Bcast(data, count(bytes), MPI_BYTE, root, comm_),
+              "rank " << rank_ << ", broadcast of " << bytes << " bytes from rank " << root);
+  }
+
+  void allgather_host(int rank, const void* mine, void* all, size_t bytes) override {
+    check(rank);
+    MPI_CHECK(MPI_Allgather(mine, count(bytes), MPI_BYTE, all, count(bytes), MPI_BYTE, comm_),
+              "rank " << rank_ << ", all-gather of " << bytes << " bytes");
+  }
+
+  void allreduce_sum(int rank, float* buf, size_t n) {
+    check(rank);
+    if (host_) {
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count(n), MPI_FLOAT, MPI_SUM, comm_),
+                "rank " << rank_ << ", " << n << " floats");
+      return;
+    }
+    dev_.comm_synchronize();
+    if (sstage_.size() < n) sstage_.resize(n);
+    dev_.download(sstage_.data(), buf, n);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sstage_.data(), count(n), MPI_FLOAT, MPI_SUM, comm_),
+              "rank " << rank_ << ", " << n << " floats");
+    dev_.upload(buf, sstage_.data(), n);
+  }
+
+  [[noreturn]] void abort(int rank, const std::string& why) override {
+    aborted_ = true;
+    mpi_abort_job(rank, why);
+  }
+  bool aborted() const override { return aborted_; }
+
+ private:
+  static constexpr int kTag = 15;
+
+  void check(int rank) const {
+    DPB_CHECK(rank == rank_, "MPI transport of rank " << rank_ << " called as rank " << rank);
+  }
+  static int count(size_t n) {
+    DPB_CHECK(n <= size_t(INT_MAX), "MPI transport: a message of " << n << " elements exceeds "
+                                                                    "MPI's int count");
+    return int(n);
+  }
+
+  // The received data (in rstage_, in the order of recvs) into place on the device.
+  void apply(std::span<const RecvOp> recvs, size_t total) {
+    const float* from = rstage_.data();
+    if (!host_ && total > 0) {
+      dev_.comm_synchronize();  // the last step's applies have finished reading dstage_
+      if (dstage_.size() < total) {
+        dstage_.reset();
+        dstage_ = Buffer(dev_, total, "MPI receive staging");
+      }
+      dev_.upload(dstage_.get(), rstage_.data(), total);
+      from = dstage_.get();
+    }
+    for (const RecvOp& r : recvs) {
+      if (r.len == 0) continue;
+      if (r.op == RecvOp::Reduce) dev_.comm_reduce(r.dst, from, r.len);
+      else dev_.comm_copy(r.dst, from, r.len);
+      from += r.len;
+    }
+  }
+
+  Device& dev_;
+  const int rank_, size_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  bool host_ = true;
+  bool aborted_ = false;
+  float* buf_ = nullptr;
+  std::vector<float> rstage_, sstage_;  // host staging: received, sent (non-host devices)
+  Buffer dstage_;                       // device staging of received data (non-host devices)
+  std::vector<MPI_Request> reqs_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_mpi_transport(Device& dev, int rank, int size) {
+  return std::make_unique<MpiTransport>(dev, rank, size);
+}
+
+void mpi_allreduce_sum(Transport& t, int rank, float* buf, size_t n) {
+  auto* m = dynamic_cast<MpiTransport*>(&t);
+  DPB_CHECK(m, "--allreduce mpi needs one process per rank (this group's ranks are "
+                   << t.launcher() << ")");
+  m->allreduce_sum(rank, buf, n);
+}
+
+}  // namespace dpb

@@ -1,0 +1,71 @@
+// transport.h: the seam between the collective schedules and how ranks move data. The
+// all-reduce algorithms (naive.cpp, ring.cpp, direct.cpp, rhd.cpp) and the trainer's cross-rank
+// work are written once over it; two transports implement it:
+//   threads (transport_threads.cpp): the ranks are threads of this process; a receive reads the
+//     peer's published buffer directly (Device::comm_copy / comm_reduce on the peer pointer), and
+//     a step ends with the device-ordered barrier. Sends are no-ops.
+//   mpi (mpi_transport.cpp): one rank per process; MPI_Irecv into staging buffers and MPI_Isend,
+//     MPI_Waitall, then the receives are applied with the device's comm_copy / comm_reduce (so
+//     the CUDA backend's host staging hooks in at one place).
+//
+// A call of a collective: every rank publishes its buffer (begin), then runs steps. A step is
+// this rank's sends {to, offset, length} (from its published buffer) and receives {from, offset
+// in the sender's published buffer, destination, length, copy or reduce}; step() returns when
+// the receives are applied and the peers may overwrite what they sent. Within one step, the
+// sends from a to b and the receives at b from a are matched in the order they are listed.
+#pragma once
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include "src/core/device.h"
+
+namespace dpb {
+
+struct SendOp {
+  int to;
+  size_t off;  // floats into this rank's published buffer
+  size_t len;  // floats
+};
+
+struct RecvOp {
+  enum Kind { Copy, Reduce };  // dst = src | dst += src
+  int from;
+  size_t src_off;  // floats into the sender's published buffer
+  float* dst;      // this rank's memory (on its device)
+  size_t len;      // floats
+  Kind op;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string launcher() const = 0;  // "threads" | "mpi"
+  virtual int size() const = 0;              // ranks in the group
+  virtual int processes() const = 0;         // processes the ranks live in
+  virtual bool is_local(int rank) const = 0; // rank lives in this process
+  virtual Device& device(int rank) const = 0;  // local ranks only (throws otherwise)
+  virtual BackendKind kind() const = 0;      // the backend of every rank's device
+
+  // Publishes buf (n floats are sent from it later) and, for the threads transport, waits for
+  // every rank to have published.
+  virtual void begin(int rank, float* buf) = 0;
+  virtual void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs) = 0;
+  // Device-ordered barrier: comm work issued by every rank before it is ordered before comm work
+  // issued after it on any rank. Throws once the group is aborted.
+  virtual void barrier(int rank) = 0;
+  // Host memory: root's `bytes` at data are copied to every rank's data.
+  virtual void broadcast_host(int rank, void* data, size_t bytes, int root) = 0;
+  // Host memory: every rank's `bytes` at mine end up at all + r * bytes on every rank.
+  virtual void allgather_host(int rank, const void* mine, void* all, size_t bytes) = 0;
+
+  // A rank failed: threads: every rank blocked in the group wakes up and throws; mpi: the
+  // message is printed as "rank R: why" and the job is ended with MPI_Abort.
+  virtual void abort(int rank, const std::string& why) = 0;
+  virtual bool aborted() const = 0;
+  // Barrier polling (threads transport; see HostBarrier). Others: 0 and ignored.
+  virtual long barrier_spin_ns() const { return 0; }
+  virtual void set_barrier_spin_ns(long ns) { (void)ns; }
+};
+
+}  // namespace dpb

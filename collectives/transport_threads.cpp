@@ -1,0 +1,131 @@
+// transport_threads.cpp: the threads transport (see transport.h): k ranks that are threads of
+// this process. begin() publishes a rank's buffer in a pointer table and waits at the barrier;
+// a receive reads the sender's published buffer directly with the receiver's comm_copy /
+// comm_reduce; a step ends with the device-ordered barrier (CPU: one host barrier; other
+// devices: comm_record, host barrier, comm_wait_peer on every peer, host barrier). Tested by
+// tests/test_allreduce.cpp (every algorithm runs over it).
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include "collectives/allreduce.h"
+#include "src/core/check.h"
+
+namespace dpb {
+namespace {
+
+class ThreadTransport final : public Transport {
+ public:
+  ThreadTransport(int k, std::vector<Device*> devices)
+      : k_(k), devs_(std::move(devices)), ptrs_(size_t(k > 0 ? k : 0), nullptr),
+        host_ptrs_(size_t(k > 0 ? k : 0), nullptr), host_barrier_(k, default_barrier_spin_ns(k)) {
+    DPB_CHECK(k >= 1, "CommGroup: need at least one rank, got " << k);
+    DPB_CHECK(devs_.size() == size_t(k),
+              "CommGroup: " << k << " ranks but " << devs_.size() << " devices");
+    for (int r = 0; r < k; ++r)
+      DPB_CHECK(devs_[r] != nullptr, "CommGroup: device of rank " << r << " is null");
+    for (int r = 1; r < k; ++r)
+      DPB_CHECK(devs_[r]->kind() == devs_[0]->kind(),
+                "CommGroup: ranks 0 and " << r << " are on different backends ("
+                                          << devs_[0]->name() << ", " << devs_[r]->name() << ")");
+    ordered_ = devs_[0]->kind() != BackendKind::Cpu;  // devices need the event handshake
+  }
+
+  std::string launcher() const override { return "threads"; }
+  int size() const override { return k_; }
+  int processes() const override { return 1; }
+  bool is_local(int rank) const override { return rank >= 0 && rank < k_; }
+  Device& device(int rank) const override { return *devs_[rank]; }
+  BackendKind kind() const override { return devs_[0]->kind(); }
+  long barrier_spin_ns() const override { return host_barrier_.spin_ns(); }
+  void set_barrier_spin_ns(long ns) override { host_barrier_.set_spin_ns(ns); }
+
+  void begin(int rank, float* buf) override {
+    ptrs_[rank] = buf;  // read by peers only after the barrier below
+    barrier(rank);
+  }
+
+  void step(int rank, std::span<const SendOp>, std::span<const RecvOp> recvs) override {
+    Device& dev = *devs_[rank];
+    for (const RecvOp& r : recvs) {
+      if (r.len == 0) continue;
+      const float* src = ptrs_[r.from] + r.src_off;
+      if (r.op == RecvOp::Reduce) dev.comm_reduce(r.dst, src, r.len);
+      else dev.comm_copy(r.dst, src, r.len);
+    }
+    barrier(rank);  // the receives are done: senders may overwrite what they sent
+  }
+
+  void barrier(int rank) override {
+    if (k_ == 1) {
+      if (aborted_.load()) throw_aborted(rank);
+      return;
+    }
+    Device& dev = *devs_[rank];
+    if (ordered_) dev.comm_record();
+    if (!host_barrier_.arrive_and_wait()) throw_aborted(rank);
+    if (!ordered_) return;
+    for (int p = 0; p < k_; ++p)
+      if (p != rank) dev.comm_wait_peer(*devs_[p]);
+    if (!host_barrier_.arrive_and_wait()) throw_aborted(rank);
+  }
+
+  void broadcast_host(int rank, void* data, size_t bytes, int root) override {
+    host_ptrs_[rank] = data;
+    host_sync(rank);
+    if (rank != root && bytes > 0) std::memcpy(data, host_ptrs_[root], bytes);
+    host_sync(rank);  // the root's data is no longer read
+  }
+
+  void allgather_host(int rank, const void* mine, void* all, size_t bytes) override {
+    host_ptrs_[rank] = const_cast<void*>(mine);
+    host_sync(rank);
+    for (int p = 0; p < k_; ++p)
+      if (bytes > 0) std::memcpy(static_cast<char*>(all) + size_t(p) * bytes, host_ptrs_[p], bytes);
+    host_sync(rank);
+  }
+
+  void abort(int rank, const std::string& why) override {
+    {
+      std::lock_guard<std::mutex> lk(why_mu_);
+      if (why_.empty()) why_ = "rank " + std::to_string(rank) + ": " + why;
+    }
+    aborted_.store(true);
+    host_barrier_.abort();
+    for (Device* d : devs_) d->cancel_waits("rank " + std::to_string(rank) + ": " + why);
+  }
+  bool aborted() const override { return aborted_.load(); }
+
+ private:
+  void host_sync(int rank) {  // host memory only: no device ordering needed
+    if (k_ > 1 && !host_barrier_.arrive_and_wait()) throw_aborted(rank);
+    if (k_ == 1 && aborted_.load()) throw_aborted(rank);
+  }
+
+  [[noreturn]] void throw_aborted(int rank) {
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lk(why_mu_);
+      why = why_;
+    }
+    throw Error("rank " + std::to_string(rank) + ": collective aborted because " + why);
+  }
+
+  int k_;
+  std::vector<Device*> devs_;
+  std::vector<float*> ptrs_;      // published device buffers (begin)
+  std::vector<void*> host_ptrs_;  // published host memory (broadcast_host, allgather_host)
+  bool ordered_ = false;
+  HostBarrier host_barrier_;
+  std::atomic<bool> aborted_{false};
+  std::mutex why_mu_;
+  std::string why_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_thread_transport(int k, std::vector<Device*> devices) {
+  return std::make_unique<ThreadTransport>(k, std::move(devices));
+}
+
+}  // namespace dpb
