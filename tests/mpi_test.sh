@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# mpi_test.sh BUILD_DIR: one rank per process (mpirun; issue 15). LeNet trained by 2 and 3
+# processes ends with the parameters of the 1-device run within 1e-5, over a covering set of
+# {naive, ring, direct, rhd, mpi} x {per-param, fused, bucketed} x {overlap on, off}; only rank 0
+# writes the CSV (launcher=mpi, processes=K) and --dump-params; --devices must equal the process
+# count; --allreduce mpi is refused without mpirun. Exit 77 (ctest: skipped) without mpirun, an
+# MPI build or the dataset. About 30 s on 2 cores (--oversubscribe).
+set -u
+BIN="$1/dpbench"
+DATA=${DPBENCH_DATA:-/usr/share/datasets/fashion-mnist}
+command -v mpirun >/dev/null || { echo "mpi_test: SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
+[ -d "$DATA" ] || { echo "mpi_test: SKIP: $DATA missing (apt-get install dataset-fashion-mnist)"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+MPIRUN=(mpirun --oversubscribe --bind-to none)
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+TINY=(train --batch 60 --epochs 2 --train-limit 360 --test-limit 64 --quiet)
+
+out=$("${MPIRUN[@]}" -np 1 "$BIN" "${TINY[@]}" 2>&1)
+if grep -q "built without MPI" <<<"$out"; then echo "mpi_test: SKIP: dpbench built without MPI"; exit 77; fi
+
+# max |a - b| over two raw float32 files, or a message when their sizes differ.
+maxdiff() {
+  python3 - "$1" "$2" <<'PY'
+import array, sys
+a, b = array.array('f'), array.array('f')
+a.frombytes(open(sys.argv[1], 'rb').read()); b.frombytes(open(sys.argv[2], 'rb').read())
+print(max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) and a else f"sizes {len(a)} != {len(b)}")
+PY
+}
+
+"$BIN" "${TINY[@]}" --devices 1 --dump-params "$tmp/ref.bin" || { fail "1-device reference run"; exit 1; }
+# np allreduce grad-sync overlap
+combos=(
+  "2 ring fused off"    "2 naive per-param on"  "2 mpi bucketed on"   "2 rhd per-param off"
+  "3 ring bucketed on"  "3 naive fused off"     "3 mpi per-param off" "3 direct bucketed off"
+  "3 ring per-param on" "2 mpi fused off"
+)
+for c in "${combos[@]}"; do
+  read -r np alg mode ov <<<"$c"
+  rm -f "$tmp/p.bin"
+  if ! out=$("${MPIRUN[@]}" -np "$np" "$BIN" "${TINY[@]}" --allreduce "$alg" --grad-sync "$mode" \
+             --overlap "$ov" --bucket-mb 0.1 --dump-params "$tmp/p.bin" 2>&1); then
+    fail "np=$np $alg $mode overlap $ov: exit non-zero"; echo "$out" | tail -5; continue
+  fi
+  d=$(maxdiff "$tmp/ref.bin" "$tmp/p.bin")
+  if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-5 else 1)" "$d" 2>/dev/null; then
+    echo "ok: np=$np $alg $mode overlap $ov: max |diff| vs 1 device = $d"
+  else
+    fail "np=$np $alg $mode overlap $ov: max |diff| vs 1 device = $d (want <= 1e-5)"
+  fi
+done
+
+# Only rank 0 writes: one CSV row per epoch, launcher=mpi, processes=2; rank 0 prints alone.
+out=$("${MPIRUN[@]}" -np 2 "$BIN" train --batch 60 --epochs 2 --train-limit 360 --test-limit 64 \
+      --csv "$tmp/out.csv" 2>&1) || fail "csv run"
+[ "$(grep -c '^epoch' <<<"$out")" = 2 ] || { fail "expected 2 epoch lines (rank 0 only), got:"; echo "$out"; }
+python3 - "$tmp/out.csv" <<'PY' || fail "CSV launcher/processes columns"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 2, rows
+for r in rows:
+    assert r["launcher"] == "mpi" and r["processes"] == "2" and r["devices"] == "2", r
+    assert r["replicas_in_sync"] == "1", r
+print("ok: CSV rows written once, launcher=mpi processes=2")
+PY
+
+# --devices must equal the process count; the message names the rank and both counts.
+out=$("${MPIRUN[@]}" -np 2 "$BIN" "${TINY[@]}" --devices 3 2>&1); rc=$?
+if [ $rc -ne 0 ] && grep -q "rank [01]: error: --devices 3: this run has 2 processes" <<<"$out"; then
+  echo "ok: --devices 3 under mpirun -np 2 refused (rc=$rc)"
+else
+  fail "--devices 3 under -np 2: rc=$rc"; echo "$out" | head -5
+fi
+# --allreduce mpi needs processes.
+out=$("$BIN" "${TINY[@]}" --devices 2 --allreduce mpi 2>&1); rc=$?
+if [ $rc -ne 0 ] && grep -q "runs only with one process per rank" <<<"$out"; then
+  echo "ok: --allreduce mpi refused in thread mode"
+else
+  fail "--allreduce mpi in thread mode: rc=$rc"; echo "$out" | head -3
+fi
+[ $fails -eq 0 ] && echo "mpi_test: all passed" || echo "mpi_test: $fails failure(s)"
+exit $((fails > 0))
