@@ -46,6 +46,9 @@ struct BenchConfig {
   std::string data_dir;                        // "": $DPBENCH_DATA or the Debian default
   std::string tune_file;                       // allreduce auto: tuning table ("": built-in)
   LinkSpec link;                               // emulated link between CPU ranks (off: 0, 0)
+  // Under mpirun/srun: one rank per process (procs = the process count; 0: ranks are threads).
+  // Only the all-reduce family runs then, named .../procs:<K>/...
+  int procs = 0, proc_rank = 0, local_rank = 0;
 };
 
 // Fixed global training batch for the overlap benchmarks (images uint8 28x28, labels 0..9).
@@ -155,6 +158,7 @@ std::string bench_name(const std::string& family, Backend b, const std::vector<s
 // Registration, one function per benchmark family (each in its own file).
 void register_membw(BenchEnv& env);        // allreduce_bench.cpp
 void register_allreduce(BenchEnv& env, Backend b);
+void register_allreduce_procs(BenchEnv& env, Backend b);  // allreduce_procs_bench.cpp
 void register_gradsync(BenchEnv& env, Backend b);  // gradsync_bench.cpp
 void register_overlap(BenchEnv& env, Backend b);   // overlap_bench.cpp
 

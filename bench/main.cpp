@@ -3,6 +3,8 @@
 //   build/dpbench-micro --benchmark_filter='allreduce/cpu/ring/ranks:2/'
 //       --benchmark_out=results/ring.json --benchmark_repetitions=5   (one command line)
 //   build/dpbench-micro --help                            # our flags, then Google Benchmark's
+//   mpirun -np 2 build/dpbench-micro --benchmark_filter='allreduce/cpu/(ring|mpi)/'
+//       # one rank per process: allreduce/<backend>/<alg>/procs:2/bytes:<n>; rank 0 reports
 // Families (one file each): membw + allreduce (allreduce_bench.cpp), gradsync
 // (gradsync_bench.cpp), overlap (overlap_bench.cpp). Registered per backend present (cpu always,
 // cuda when a GPU is found) and per rank count. scripts/bench_to_csv.py turns the JSON into CSV.
@@ -12,14 +14,17 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/bench.h"
+#include "collectives/mpi/mpi.h"
 #include "collectives/registry.h"
 #include "collectives/tuning.h"
 #include "src/core/registry.h"
+#include "src/core/launcher.h"
 #include "src/core/machine_info.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
@@ -51,6 +56,11 @@ Benchmarks (names are filterable with --benchmark_filter=REGEX):
                                                       _hi_s), comm_s, calls; compare modes with
                                                       scripts/overlap_report.py
   CUDA ranks beyond the GPU count share GPUs: their names carry "ranks:<k>/shared".
+  Under mpirun/srun (one rank per process): allreduce/<backend>/<alg>/procs:<K>/bytes:<n>
+                                                      the time is the slowest rank's; counters
+                                                      also rank_min_us, rank_avg_us, rank_max_us
+                                                      (each rank's mean, over the ranks); only
+                                                      rank 0 prints and writes the JSON
   Times are manual (suffix /manual_time): the slowest rank's time per iteration.
 
 dpbench flags (--name=value):
@@ -229,8 +239,28 @@ std::string utc_stamp() {
 
 }  // namespace
 
+// Ranks other than 0 under mpirun run every benchmark (they are collectives) but report nothing.
+class NullReporter final : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
 int main(int argc, char** argv) {
   BenchConfig cfg = parse_dpb_flags(&argc, argv);
+  // Under mpirun/srun: one rank per process, the all-reduce family only (allreduce_procs_bench.cpp).
+  std::optional<dpb::MpiSession> mpi;
+  try {
+    if (dpb::detect_launch_env().processes) {
+      mpi.emplace();
+      cfg.procs = mpi->size();
+      cfg.proc_rank = mpi->rank();
+      cfg.local_rank = mpi->local_rank();
+    }
+  } catch (const std::exception& e) {
+    die(e.what());
+  }
+  const bool root = cfg.proc_rank == 0;
 
   // Our defaults for --benchmark_min_time and --benchmark_out; the JSON goes to FILE.tmp.<pid>
   // and is renamed to FILE when the run ends, so a results file is never half-written.
@@ -248,7 +278,8 @@ int main(int argc, char** argv) {
     args.push_back(a);
   }
   if (!min_time) args.insert(args.begin() + 1, "--benchmark_min_time=0.1");
-  if (out_path.empty() && !listing) out_path = "results/micro-" + utc_stamp() + ".json";
+  if (out_path.empty() && !listing && root) out_path = "results/micro-" + utc_stamp() + ".json";
+  if (!root) out_path.clear();  // only rank 0 writes
   const std::string tmp_path = out_path.empty() ? "" : out_path + ".tmp." + std::to_string(getpid());
   if (!tmp_path.empty()) args.push_back("--benchmark_out=" + tmp_path);
   std::vector<char*> av;
@@ -279,13 +310,30 @@ int main(int argc, char** argv) {
   std::vector<Backend> bs;
   for (const auto& b : backends)
     bs.push_back(b == "cpu" ? Backend::Cpu : b == "cuda" ? Backend::Cuda : Backend::Async);
-  for (Backend b : bs)  // registration order is run order: the bandwidth bound first
-    if (b == Backend::Cpu) dpb::bench::register_membw(env);
-  for (Backend b : bs) dpb::bench::register_allreduce(env, b);
-  for (Backend b : bs) dpb::bench::register_gradsync(env, b);
-  for (Backend b : bs) dpb::bench::register_overlap(env, b);
+  if (mpi) {
+    benchmark::AddCustomContext("launcher", "mpi");
+    benchmark::AddCustomContext("processes", std::to_string(cfg.procs));
+    benchmark::AddCustomContext("mpi_library", mpi->library());
+    if (root)
+      std::fprintf(stderr, "dpbench-micro: %d processes (one rank each): the all-reduce family "
+                           "only (membw, gradsync and overlap run with ranks as threads)\n",
+                   cfg.procs);
+    for (Backend b : bs) dpb::bench::register_allreduce_procs(env, b);
+  } else {
+    benchmark::AddCustomContext("launcher", "threads");
+    for (Backend b : bs)  // registration order is run order: the bandwidth bound first
+      if (b == Backend::Cpu) dpb::bench::register_membw(env);
+    for (Backend b : bs) dpb::bench::register_allreduce(env, b);
+    for (Backend b : bs) dpb::bench::register_gradsync(env, b);
+    for (Backend b : bs) dpb::bench::register_overlap(env, b);
+  }
 
-  benchmark::RunSpecifiedBenchmarks();
+  if (root) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    NullReporter null_display;
+    benchmark::RunSpecifiedBenchmarks(&null_display);
+  }
   benchmark::Shutdown();
   if (!tmp_path.empty() && std::filesystem::exists(tmp_path)) {
     std::error_code ec;

@@ -143,7 +143,7 @@ TEST(AllReduce, FactoryErrors) {
 // algorithm accepts some k in 2..8.
 TEST(AllReduce, RefusedRankCountsNameTheAlgorithmAndK) {
   for (const AllReduceEntry& e : allreduce_algorithms()) {
-    if (!e.runs_on.empty()) continue;
+    if (!e.runs_on.empty() || !(e.launchers & AllReduceEntry::kThreads)) continue;
     int accepted = 0;
     for (int k = 1; k <= 9; ++k) {
       const std::string why = allreduce_refusal(e, k, BackendKind::Cpu);
@@ -159,6 +159,29 @@ TEST(AllReduce, RefusedRankCountsNameTheAlgorithmAndK) {
     }
     EXPECT_GT(accepted, 0) << e.name;
   }
+}
+
+// Process-only algorithms (mpi) refuse threads, saying how to start processes; the others run
+// with either.
+TEST(AllReduce, LaunchersOfTheTable) {
+  int process_only = 0;
+  for (const AllReduceEntry& e : allreduce_algorithms()) {
+    const std::string threads = allreduce_refusal(e, 2, BackendKind::Cpu, "threads");
+    const std::string procs = allreduce_refusal(e, 2, BackendKind::Cpu, "mpi");
+    if (e.launchers == AllReduceEntry::kProcesses) {
+      ++process_only;
+      EXPECT_NE(threads.find("mpirun"), std::string::npos) << e.name << ": " << threads;
+      EXPECT_EQ(procs, "") << e.name;
+      Ranks ranks(2);
+      CommGroup group(2, ranks.raw);
+      EXPECT_THROW(make_allreduce(e.name, group), Error) << e.name;
+    } else if (e.runs_on.empty() && e.name != "rhd") {
+      EXPECT_EQ(threads, "") << e.name;
+      EXPECT_EQ(procs, "") << e.name;
+    }
+  }
+  EXPECT_EQ(process_only, 1);  // mpi
+  EXPECT_EQ(find_allreduce("mpi").launchers, AllReduceEntry::kProcesses);
 }
 
 TEST(AllReduce, FormatBytes) {
@@ -360,7 +383,7 @@ TEST(CommGroup, EventHandshakeWhenDevicesAreNotCpu) {
 
 TEST(AllReduce, FailureOnOneRankAbortsTheOthers) {
   for (const AllReduceEntry& e : allreduce_algorithms()) {
-    if (!e.runs_on.empty()) continue;
+    if (!e.runs_on.empty() || !(e.launchers & AllReduceEntry::kThreads)) continue;
     int k = 3;  // the first k >= 3 the algorithm accepts
     while (!allreduce_refusal(e, k, BackendKind::Cpu).empty()) ++k;
     const std::string algo = e.name;

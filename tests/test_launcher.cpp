@@ -76,7 +76,7 @@ TEST(Launcher, SrunStepButNotBatchShell) {
 }
 
 TEST(Launcher, MalformedValueNamesTheVariable) {
-  Env e({{"OMPI_COMM_WORLD_SIZE", "two"}});
+  Env e(std::map<std::string, std::string>{{"OMPI_COMM_WORLD_SIZE", "two"}});
   try {
     detect_launch_env();
     FAIL() << "no error";

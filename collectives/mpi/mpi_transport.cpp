@@ -112,18 +112,19 @@ class MpiTransport final : public Transport {
   void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs) override {
     check(rank);
     size_t rtotal = 0, stotal = 0;
-    for (const RecvOp& r : recvs) rtotal += r.len;
+    for (const RecvOp& r : recvs) rtotal += staged(r) ? r.len : 0;
     for (const SendOp& s : sends) stotal += s.len;
     if (rstage_.size() < rtotal) rstage_.resize(rtotal);
     reqs_.clear();
     size_t o = 0;
     for (const RecvOp& r : recvs) {
       if (r.len == 0) continue;
+      // A copy into host memory lands in place; a sum, or device memory, goes through staging.
+      float* into = staged(r) ? rstage_.data() + o : r.dst;
+      if (staged(r)) o += r.len;
       reqs_.emplace_back();
-      MPI_CHECK(MPI_Irecv(rstage_.data() + o, count(r.len), MPI_FLOAT, r.from, kTag, comm_,
-                          &reqs_.back()),
+      MPI_CHECK(MPI_Irecv(into, count(r.len), MPI_FLOAT, r.from, kTag, comm_, &reqs_.back()),
                 "rank " << rank_ << " receiving " << r.len << " floats from rank " << r.from);
-      o += r.len;
     }
     if (!host_) {  // the sent data must be on the host: wait for the comm stream, download
       dev_.comm_synchronize();
@@ -190,6 +191,8 @@ class MpiTransport final : public Transport {
  private:
   static constexpr int kTag = 15;
 
+  bool staged(const RecvOp& r) const { return !host_ || r.op == RecvOp::Reduce; }
+
   void check(int rank) const {
     DPB_CHECK(rank == rank_, "MPI transport of rank " << rank_ << " called as rank " << rank);
   }
@@ -199,7 +202,7 @@ class MpiTransport final : public Transport {
     return int(n);
   }
 
-  // The received data (in rstage_, in the order of recvs) into place on the device.
+  // The staged receives (in rstage_, in the order of recvs) into place on the device.
   void apply(std::span<const RecvOp> recvs, size_t total) {
     const float* from = rstage_.data();
     if (!host_ && total > 0) {
@@ -212,7 +215,7 @@ class MpiTransport final : public Transport {
       from = dstage_.get();
     }
     for (const RecvOp& r : recvs) {
-      if (r.len == 0) continue;
+      if (r.len == 0 || !staged(r)) continue;
       if (r.op == RecvOp::Reduce) dev_.comm_reduce(r.dst, from, r.len);
       else dev_.comm_copy(r.dst, from, r.len);
       from += r.len;

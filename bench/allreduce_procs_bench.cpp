@@ -1,0 +1,167 @@
+// allreduce_procs_bench.cpp: the all-reduce sweep with one rank per process (dpbench-micro under
+// mpirun or srun; bench/main.cpp detects the launcher).
+//
+//   mpirun -np 2 build/dpbench-micro --benchmark_filter='allreduce/cpu/(ring|mpi)/'
+//   allreduce/<backend>/<algorithm>/procs:<K>/bytes:<n>
+//     One per algorithm of the table (collectives/registry.h) that runs across processes on the
+//     backend, mpi (MPI_Allreduce) included. Every process runs the same benchmarks in the same
+//     order. Per iteration: a barrier, each rank times its own run(), the ranks' times are
+//     all-gathered (outside the timed part) and the iteration time is the slowest rank's, the
+//     same on every process (so Google Benchmark sizes the same iteration counts everywhere).
+//     Counters: algbw_GBps, busbw_GBps (nccl-tests' definitions, as the thread sweep),
+//     rank_min_us / rank_avg_us / rank_max_us: each rank's mean time, min / average / max over
+//     the ranks (nccl-tests -a); wrong: elements off the exact sum, over all ranks, in a check
+//     outside the timed loop (rank r holds (r+1)*((i%5)+1)). Only rank 0 reports (bench/main.cpp).
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "bench/bench.h"
+#include "collectives/mpi/mpi.h"
+#include "collectives/registry.h"
+#include "src/core/backends.h"
+#include "src/model/model.h"
+
+namespace dpb::bench {
+namespace {
+
+// This process's rank: device, group over MPI, buffer, timer.
+struct ProcRig {
+  std::unique_ptr<Device> dev;
+  std::unique_ptr<CommGroup> group;
+  std::unique_ptr<AllReduce> ar;
+  Buffer buf;
+  std::unique_ptr<RankTimer> timer;
+  int rank = 0, k = 1;
+  size_t n = 0;
+  long wrong = -1;
+  double rank_sum = 0;  // this rank's own times over the timed iterations
+  long iters = 0;
+
+  double one() {  // one timed all-reduce; returns the slowest rank's seconds
+    group->barrier(rank);
+    timer->start();
+    ar->run(rank, buf.get(), n);
+    timer->stop();
+    const double mine = timer->seconds();
+    rank_sum += mine;
+    ++iters;
+    std::vector<double> all(static_cast<size_t>(k));
+    group->allgather_host(rank, &mine, all.data(), sizeof mine);
+    return *std::max_element(all.begin(), all.end());
+  }
+
+  long check() {  // the pattern's exact sum on every rank; wrong elements over all ranks
+    std::vector<float> host(n);
+    for (size_t i = 0; i < n; ++i) host[i] = float((rank + 1) * int(i % 5 + 1));
+    dev->upload(buf.get(), host.data(), n);
+    ar->run(rank, buf.get(), n);
+    dev->comm_synchronize();
+    dev->download(host.data(), buf.get(), n);
+    long w = 0;
+    const int tri = k * (k + 1) / 2;
+    for (size_t i = 0; i < n; ++i) w += host[i] != float(int(i % 5 + 1) * tri);
+    std::vector<long> all(static_cast<size_t>(k));
+    group->allgather_host(rank, &w, all.data(), sizeof w);
+    dev->fill(buf.get(), 0.0f, n);
+    dev->synchronize();
+    long total = 0;
+    for (long x : all) total += x;
+    return total;
+  }
+};
+
+std::shared_ptr<ProcRig> make_proc_rig(const BenchConfig& cfg, Backend b, const std::string& alg,
+                                       size_t bytes) {
+  auto g = std::make_shared<ProcRig>();
+  g->rank = cfg.proc_rank;
+  g->k = cfg.procs;
+  g->n = bytes / sizeof(float);
+  g->dev = make_device(backend_name(b), g->rank, DeviceOptions{1, false, cfg.local_rank});
+  g->group = std::make_unique<CommGroup>(make_mpi_transport(*g->dev, g->rank, g->k));
+  g->ar = make_allreduce(alg, *g->group, AllReduceOptions{cfg.tune_file});
+  g->buf = Buffer(*g->dev, g->n, "all-reduce buffer");
+  g->dev->fill(g->buf.get(), 0.0f, g->n);
+  g->dev->synchronize();
+  g->timer = make_rank_timer(*g->dev, TimedStream::Comm);
+  g->one();  // warm-up: first touch, staging buffers, MPI's connections
+  return g;
+}
+
+void bm_allreduce_procs(benchmark::State& st, BenchEnv& env, const std::string& name, Backend b,
+                        const std::string& alg, size_t bytes) {
+  ProcRig* g = nullptr;
+  // An error here (or in a run) ends the job: another process may be waiting in a collective.
+  try {
+    g = &env.rig<ProcRig>(name, [&] { return make_proc_rig(env.cfg(), b, alg, bytes); });
+    if (g->wrong < 0) g->wrong = g->check();
+    g->rank_sum = 0;
+    g->iters = 0;
+    double total = 0;
+    for (auto _ : st) {
+      const double t = g->one();
+      st.SetIterationTime(t);
+      total += t;
+    }
+    const int k = g->k;
+    const double mine = g->iters > 0 ? g->rank_sum / double(g->iters) : 0.0;
+    std::vector<double> all(static_cast<size_t>(k));
+    g->group->allgather_host(g->rank, &mine, all.data(), sizeof mine);
+    double lo = all[0], hi = all[0], sum = 0;
+    for (double x : all) { lo = std::min(lo, x); hi = std::max(hi, x); sum += x; }
+    const double mean = st.iterations() > 0 ? total / double(st.iterations()) : 0.0;
+    const double algbw = mean > 0 ? double(bytes) / mean / 1e9 : 0.0;
+    st.counters["algbw_GBps"] = algbw;
+    st.counters["busbw_GBps"] = algbw * allreduce_bus_factor(k);
+    st.counters["rank_min_us"] = lo * 1e6;
+    st.counters["rank_avg_us"] = sum / k * 1e6;
+    st.counters["rank_max_us"] = hi * 1e6;
+    st.counters["wrong"] = double(g->wrong);
+    st.counters["bytes"] = double(bytes);
+    if (g->ar->describe() != alg) st.SetLabel("ran " + g->ar->choice(g->n) + " | " + g->ar->describe());
+  } catch (const std::exception& e) {
+    mpi_abort_job(env.cfg().proc_rank, name + ": " + e.what());
+  }
+}
+
+size_t model_bytes(const std::string& model) {
+  size_t n = 0;
+  for (const auto& p : model_param_layout(model)) n += p.size;
+  return n * sizeof(float);
+}
+
+}  // namespace
+
+void register_allreduce_procs(BenchEnv& env, Backend b) {
+  const BenchConfig& cfg = env.cfg();
+  const int k = cfg.procs;
+  const BackendKind kind = backend_kind(b);
+  for (const AllReduceEntry& e : allreduce_algorithms()) {
+    const std::string alg = e.name;
+    std::string why = allreduce_refusal(e, k, kind, "mpi");
+    if (why.empty() && k == 1) why = "one process: an all-reduce has nothing to communicate";
+    if (!why.empty()) {
+      if (cfg.proc_rank == 0)
+        std::fprintf(stderr, "dpbench-micro: not registered: allreduce/%s/%s/procs:%d: %s\n",
+                     backend_name(b), alg.c_str(), k, why.c_str());
+      continue;
+    }
+    const size_t cap = std::min(cfg.max_bytes, cfg.max_total_bytes / size_t(k));
+    std::vector<size_t> sizes;
+    for (size_t s = 8; s <= cap; s *= 2) sizes.push_back(s);
+    for (const ModelEntry& m : models())  // the real gradient sizes
+      if (model_bytes(m.name) <= cap) sizes.push_back(model_bytes(m.name));
+    std::sort(sizes.begin(), sizes.end());
+    for (size_t bytes : sizes) {
+      std::string name = "allreduce/" + std::string(backend_name(b)) + "/" + alg + "/procs:" +
+                         std::to_string(k) + "/bytes:" + std::to_string(bytes);
+      benchmark::RegisterBenchmark(name.c_str(), [&env, name, b, alg, bytes](benchmark::State& st) {
+        bm_allreduce_procs(st, env, name, b, alg, bytes);
+      })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+}
+
+}  // namespace dpb::bench
