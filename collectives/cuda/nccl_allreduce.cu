@@ -1,6 +1,7 @@
 // nccl_allreduce.cu: the "nccl" all-reduce: ncclAllReduce (float, sum, in place) on each rank's
 // CUDA comm stream. One communicator per rank, all made once by ncclCommInitAll over the group's
-// GPUs (single process, one thread per rank). Built with -DDPB_CUDA=ON; make_allreduce("nccl")
+// GPUs (single process, one thread per rank), or, with one process per rank (mpirun/srun), by
+// ncclCommInitRank from an id that rank 0 makes and MPI broadcasts (init_one_process). Built with -DDPB_CUDA=ON; make_allreduce("nccl")
 // wraps it with tracing and abort; tested by tests/test_cuda_collectives.cpp.
 //
 // Ranks sharing a GPU: NCCL before 2.30 refuses two ranks of one communicator on one GPU; from
@@ -75,6 +76,10 @@ void cap_ctas_for_shared_gpu(int gpu, int ranks_on_gpu) {
 class NcclAllReduce final : public AllReduce {
  public:
   explicit NcclAllReduce(CommGroup& group) : group_(group) {
+    if (group.launcher() != "threads") {
+      init_one_process();
+      return;
+    }
     const int k = group.size();
     std::vector<int> gpus(k);
     std::map<int, int> ranks_on;  // gpu -> number of ranks on it
@@ -130,6 +135,32 @@ class NcclAllReduce final : public AllReduce {
   }
 
   std::string name() const override { return "nccl"; }
+
+  // One rank per process (mpirun/srun): nccl-tests' bootstrap. Rank 0 makes the unique id, the
+  // group's transport broadcasts it (MPI_Bcast), every process joins with ncclCommInitRank on
+  // the GPU its local rank picked (the device was made on it). GPUs shared by processes are
+  // NCCL's to refuse.
+  void init_one_process() {
+    const int k = group_.size();
+    int me = -1;
+    for (int r = 0; r < k && me < 0; ++r)
+      if (group_.is_local(r)) me = r;
+    DPB_CHECK(me >= 0, "--allreduce nccl: no rank of the group lives in this process");
+    auto* dev = dynamic_cast<CudaDevice*>(&group_.device(me));
+    DPB_CHECK(dev, "--allreduce nccl: rank " << me << " is on " << group_.device(me).name()
+                                             << ", not a CUDA device");
+    devs_.assign(k, nullptr);
+    devs_[me] = dev;
+    rank_mu_.assign(k, nullptr);
+    ncclUniqueId id{};
+    if (me == 0) NCCL_CHECK(ncclGetUniqueId(&id), "rank 0: ncclGetUniqueId");
+    group_.broadcast_host(me, &id, sizeof id, 0);
+    CUDA_CHECK(cudaSetDevice(dev->gpu()));
+    comms_.assign(k, nullptr);
+    NCCL_CHECK(ncclCommInitRank(&comms_[me], k, id, me),
+               "rank " << me << " of " << k << " processes on cuda:" << dev->gpu());
+    dev->set_nccl_comm(comms_[me]);
+  }
 
   void run(int rank, float* buf, size_t n) override {
     DPB_CHECK(!aborted_.load() && !group_.aborted(), "rank " << rank << ": nccl all-reduce aborted");
