@@ -1,9 +1,8 @@
-// naive.cpp: d2l's textbook all-reduce. Step 1: rank 0 gathers every other rank's buffer into a
-// staging area on its own device, then sums them into its own buffer; step 2: every other rank
-// receives the sum from rank 0. The gathering and summing go through one rank, so it scales
-// poorly: it is the baseline the ring is measured against. Written over the transport's steps
-// (transport.h), so it runs across threads and processes. Built by make_allreduce("naive",
-// group); tested by tests/test_allreduce.cpp.
+// naive.cpp: d2l's textbook all-reduce. Step 1: rank 0 receives every other rank's buffer and
+// adds it into its own; step 2: every other rank receives the sum from rank 0. All the traffic
+// goes through one rank, so it scales poorly: it is the baseline the ring is measured against.
+// Written over the transport's steps (transport.h), so it runs across threads and processes.
+// Built by make_allreduce("naive", group); tested by tests/test_allreduce.cpp.
 #include <memory>
 #include <vector>
 
@@ -17,28 +16,17 @@ class NaiveAllReduce final : public AllReduce {
   explicit NaiveAllReduce(CommGroup& group) : group_(group) {}
   std::string name() const override { return "naive"; }
 
-  void reserve(int rank, size_t n) override {
-    if (rank == 0) grow(n);  // only rank 0 touches staging_
-  }
-
   void run(int rank, float* buf, size_t n) override {
     const int k = group_.size();
     if (k == 1 || n == 0) return;  // same decision on every rank: n is collective
     group_.begin(rank, buf);
     std::vector<SendOp> sends;
     std::vector<RecvOp> recvs;
-    if (rank == 0) {
-      grow(n);
-      for (int p = 1; p < k; ++p)
-        recvs.push_back({p, 0, staging_.get() + size_t(p - 1) * n, n, RecvOp::Copy});
-    } else {
+    if (rank == 0)
+      for (int p = 1; p < k; ++p) recvs.push_back({p, 0, buf, n, RecvOp::Reduce});
+    else
       sends.push_back({0, 0, n});
-    }
-    group_.step(rank, sends, recvs);  // rank 0 holds every buffer
-    if (rank == 0) {
-      Device& dev = group_.device(0);
-      for (int p = 1; p < k; ++p) dev.comm_reduce(buf, staging_.get() + size_t(p - 1) * n, n);
-    }
+    group_.step(rank, sends, recvs);  // rank 0 holds the sum
     sends.clear();
     recvs.clear();
     if (rank == 0)
@@ -49,15 +37,7 @@ class NaiveAllReduce final : public AllReduce {
   }
 
  private:
-  void grow(size_t n) {
-    const size_t need = size_t(group_.size() - 1) * n;
-    if (need == 0 || staging_.size() >= need) return;
-    staging_.reset();
-    staging_ = Buffer(group_.device(0), need, "naive all-reduce staging");
-  }
-
   CommGroup& group_;
-  Buffer staging_;  // (k-1) * n floats on rank 0's device, grown as needed
 };
 
 }  // namespace

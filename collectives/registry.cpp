@@ -15,7 +15,7 @@ std::unique_ptr<AllReduce> make_mpi_allreduce(CommGroup& g);  // mpi_allreduce.c
 const std::vector<AllReduceEntry>& allreduce_algorithms() {
   static const std::vector<AllReduceEntry> table = {
       {"naive", "d2l's textbook version: rank 0 gathers, sums and scatters (baseline)", {},
-       nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_naive_allreduce(g); }, 7,
+       nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_naive_allreduce(g); }, 5,
        naive_link_cost},
       {"ring", "reduce-scatter + all-gather around a ring, 2(k-1) steps", {}, nullptr,
        [](CommGroup& g, const AllReduceOptions&) { return make_ring_allreduce(g); }, 5,
