@@ -20,9 +20,8 @@
 //   ring:  reduce-scatter, k-1 steps, each rank loads its chunk and the left neighbour's and
 //          stores its chunk: 3n/k; all-gather, k-1 steps, load the neighbour's chunk, store own:
 //          2n/k. All ranks together: 5(k-1)n.
-//   naive: rank 0 copies the k-1 peers to staging (2(k-1)n), adds each into its buffer
-//          (3(k-1)n) and copies the result back to each (2(k-1)n): 7(k-1)n, on ONE thread, so its
-//          ceiling is membw(1 thread)/membw(k threads) of the k-thread bound used here.
+//   naive: rank 0 adds each of the k-1 peers' buffers into its own (3(k-1)n, on ONE thread),
+//          then each peer copies the sum from rank 0 (2n each, in parallel): 5(k-1)n.
 //   The ring pipelines each chunk in pieces (collectives/ring.cpp): the same bytes, but what the
 //   left neighbour stored a tick earlier is often still in cache when it is loaded.
 //   Not modelled: write-allocate reads on stores (memcpy avoids them with non-temporal stores

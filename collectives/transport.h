@@ -13,6 +13,9 @@
 // in the sender's published buffer, destination, length, copy or reduce}; step() returns when
 // the receives are applied and the peers may overwrite what they sent. Within one step, the
 // sends from a to b and the receives at b from a are matched in the order they are listed.
+// What a step sends must be final when the previous step (or begin) returns: the threads
+// transport's receivers read it as soon as they enter the step. So a rank may not change data
+// it sends in step s between steps s-1 and s (do the work as receives of step s-1 instead).
 #pragma once
 #include <cstddef>
 #include <span>
