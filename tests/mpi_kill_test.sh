@@ -9,7 +9,8 @@ DATA=${DPBENCH_DATA:-/usr/share/datasets/fashion-mnist}
 command -v mpirun >/dev/null || { echo "mpi_kill_test: SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
 [ -d "$DATA" ] || { echo "mpi_kill_test: SKIP: $DATA missing"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-tmp=$(mktemp -d); trap 'kill -9 $mpipid 2>/dev/null; rm -rf "$tmp"' EXIT
+mpipid=""
+tmp=$(mktemp -d); trap '[ -n "$mpipid" ] && kill -9 "$mpipid" 2>/dev/null; rm -rf "$tmp"' EXIT
 out=$(mpirun --oversubscribe -np 1 "$BIN" train --train-limit 64 --test-limit 16 --quiet 2>&1)
 if grep -q "built without MPI" <<<"$out"; then echo "mpi_kill_test: SKIP: dpbench built without MPI"; exit 77; fi
 
