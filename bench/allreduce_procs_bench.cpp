@@ -78,7 +78,7 @@ std::shared_ptr<ProcRig> make_proc_rig(const BenchConfig& cfg, Backend b, const 
   g->k = cfg.procs;
   g->n = bytes / sizeof(float);
   g->dev = make_device(backend_name(b), g->rank, DeviceOptions{1, false, cfg.local_rank});
-  g->group = std::make_unique<CommGroup>(make_mpi_transport(*g->dev, g->rank, g->k));
+  g->group = std::make_unique<CommGroup>(make_mpi_transport(*g->dev, g->rank, g->k, cfg.link));
   g->ar = make_allreduce(alg, *g->group, AllReduceOptions{cfg.tune_file});
   g->buf = Buffer(*g->dev, g->n, "all-reduce buffer");
   g->dev->fill(g->buf.get(), 0.0f, g->n);
@@ -140,6 +140,8 @@ void register_allreduce_procs(BenchEnv& env, Backend b) {
     const std::string alg = e.name;
     std::string why = allreduce_refusal(e, k, kind, "mpi");
     if (why.empty() && k == 1) why = "one process: an all-reduce has nothing to communicate";
+    if (why.empty() && cfg.link.enabled() && alg == "mpi")
+      why = "MPI_Allreduce is not paced by the emulated link (--dpb_link_gbps)";
     if (!why.empty()) {
       if (cfg.proc_rank == 0)
         std::fprintf(stderr, "dpbench-micro: not registered: allreduce/%s/%s/procs:%d: %s\n",

@@ -105,11 +105,9 @@ double LinkFabric::bytes() const {
 
 // ---------------------------------------------------------------- the decorator
 
-namespace {
-
 // Sleeps (never spins) until t. The default timer slack (50 us) would make every wake-up late by
 // up to that much, so the pacing threads ask for 1 ns.
-void sleep_until(LinkFabric::Clock::time_point t) {
+void link_sleep_until(LinkFabric::Clock::time_point t) {
   thread_local bool slack_set = false;
   if (!slack_set) {
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
@@ -117,6 +115,8 @@ void sleep_until(LinkFabric::Clock::time_point t) {
   }
   std::this_thread::sleep_until(t);
 }
+
+namespace {
 
 class LinkDevice final : public ForwardingDevice {
  public:
@@ -186,7 +186,7 @@ class LinkDevice final : public ForwardingDevice {
     }
     const auto done = fab_->reserve(from, to, double(n) * sizeof(float), rank_);
     op();
-    sleep_until(done);
+    link_sleep_until(done);
   }
 
   struct Mark {
@@ -221,8 +221,10 @@ void attach_link(std::vector<std::unique_ptr<Device>>& devs, const LinkSpec& spe
 double ring_link_cost(double n, int k, const LinkSpec& l) {  // 2(k-1) steps of one chunk each
   return k <= 1 ? 0.0 : 2.0 * (k - 1) * l.transfer_s(n / k);
 }
-double naive_link_cost(double n, int k, const LinkSpec& l) {  // rank 0 pulls k-1, pushes k-1
-  return k <= 1 ? 0.0 : 2.0 * (k - 1) * l.transfer_s(n);
+// Rank 0 pulls and adds the k-1 peers one after another ((k-1) (L + n/G)); then the k-1 peers
+// pull the sum at once, sharing rank 0's send link (L + (k-1) n/G): k L + 2(k-1) n/G.
+double naive_link_cost(double n, int k, const LinkSpec& l) {
+  return k <= 1 ? 0.0 : (k - 1) * l.transfer_s(n) + l.transfer_s(n * (k - 1));
 }
 // Rank r reads its chunk from peers r+1, r+2, ... in turn: at each turn every rank sends one
 // chunk and receives one, so no link is shared; then the same for the gather.

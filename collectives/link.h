@@ -27,9 +27,11 @@
 // does the real work in order (the data is real): the run takes the longer of the host's path
 // and the link's.
 //
-// Seam for processes: LinkFabric::reserve and issue are the whole pacing policy. Threads
-// share one fabric; a multi-process transport (MPI) can pace its sends and receives with the same
-// call on a per-process fabric (each process owns its rank's two links), sleeping the same way.
+// Processes: LinkFabric::reserve is the whole pacing policy. Threads share one fabric; the MPI
+// transport (collectives/mpi/mpi_transport.cpp) paces its sends and receives with the same call
+// on a per-process fabric (wall-time booking) and sleeps the same way. A process sees only its
+// own traffic: its send and receive links are exact, a peer's are booked only with what this
+// process sent to or received from it.
 //
 // Cost model (allreduce_link_cost): the emulated time of one all-reduce of n bytes over k ranks,
 // one function per algorithm, named by its registry entry, e.g. ring: 2(k-1) (L + n/(k G)). CPU work (sums,
@@ -96,6 +98,9 @@ class LinkFabric {
   double bytes_ = 0;
 };
 
+// Sleeps (never spins, 1 ns timer slack) until t: how a paced transfer waits for its completion.
+void link_sleep_until(LinkFabric::Clock::time_point t);
+
 // Decorates `inner` (rank inner->rank(), CPU backend only: a CUDA stream is not paced by a host
 // sleep) so its comm transfers to and from other ranks are paced by `fabric`.
 std::unique_ptr<Device> with_link(std::unique_ptr<Device> inner, std::shared_ptr<LinkFabric> fabric);
@@ -105,7 +110,7 @@ void attach_link(std::vector<std::unique_ptr<Device>>& devs, const LinkSpec& spe
 
 // ---- alpha-beta cost models, one per algorithm (each algorithm's registry entry points to its
 // own; collectives/registry.cpp). Seconds for one all-reduce of `bytes` per rank over k ranks.
-double naive_link_cost(double bytes, int k, const LinkSpec& link);   // 2(k-1) (L + n/G)
+double naive_link_cost(double bytes, int k, const LinkSpec& link);   // k L + 2(k-1) n/G
 double ring_link_cost(double bytes, int k, const LinkSpec& link);    // 2(k-1) (L + n/(kG))
 double direct_link_cost(double bytes, int k, const LinkSpec& link);  // 2(k-1) (L + n/(kG))
 double rhd_link_cost(double bytes, int k, const LinkSpec& link);     // 2 log2(k) L + 2(k-1)/k n/G

@@ -3,7 +3,7 @@
 # processes ends with the parameters of the 1-device run within 1e-5, over a covering set of
 # {naive, ring, direct, rhd, mpi} x {per-param, fused, bucketed} x {overlap on, off}; only rank 0
 # writes the CSV (launcher=mpi, processes=K) and --dump-params; --devices must equal the process
-# count; --allreduce mpi is refused without mpirun. Exit 77 (ctest: skipped) without mpirun, an
+# count; --allreduce mpi is refused without mpirun; the emulated link paces the MPI transport. Exit 77 (ctest: skipped) without mpirun, an
 # MPI build or the dataset. About 30 s on 2 cores (--oversubscribe).
 set -u
 BIN="$1/dpbench"
@@ -55,6 +55,27 @@ for c in "${combos[@]}"; do
     fail "np=$np $alg $mode overlap $ov $backend: max |diff| vs 1 device = $d (want <= 1e-5)"
   fi
 done
+
+# The emulated link paces the MPI transport's steps: same parameters, and the gradient all-reduce
+# takes at least its alpha-beta time (ring, k = 2, fused: one call of 129068 floats per step, two
+# transfers of half of it: 6 steps per epoch x 2 x (200 us + 258136 B x 8 / 0.1 Gb/s) = 0.25 s).
+rm -f "$tmp/p.bin" "$tmp/link.csv"
+if "${MPIRUN[@]}" -np 2 "$BIN" "${TINY[@]}" --allreduce ring --grad-sync fused --link-gbps 0.1 \
+     --link-latency-us 200 --dump-params "$tmp/p.bin" --csv "$tmp/link.csv" >/dev/null 2>&1; then
+  d=$(maxdiff "$tmp/ref.bin" "$tmp/p.bin")
+  python3 - "$tmp/link.csv" "$d" <<'PY' || fail "emulated link across processes"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+model = 6 * 2 * (200e-6 + 129068 / 2 * 4 * 8 / 0.1e9)
+assert float(sys.argv[2]) <= 1e-5, f"max |diff| {sys.argv[2]}"
+for r in rows:
+    assert float(r["comm_s"]) >= 0.9 * model, f"epoch {r['epoch']}: comm_s {r['comm_s']} < 0.9 x {model:.3f} s"
+print(f"ok: emulated link across 2 processes: max |diff| {sys.argv[2]}, comm_s "
+      f"{', '.join(r['comm_s'] for r in rows)} s >= 0.9 x model {model:.3f} s")
+PY
+else
+  fail "emulated link across processes: exit non-zero"
+fi
 
 # Only rank 0 writes: one CSV row per epoch, launcher=mpi, processes=2; rank 0 prints alone.
 out=$("${MPIRUN[@]}" -np 2 "$BIN" train --batch 60 --epochs 2 --train-limit 360 --test-limit 64 \

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "collectives/link.h"
 #include "collectives/transport.h"
 
 namespace dpb {
@@ -48,8 +49,11 @@ class MpiSession {
 
 // The transport of rank `rank` (this process) in a group of `size` processes; dev is its device.
 // Collective: every process makes its transports in the same order (each gets its own
-// communicator, MPI_Comm_dup of MPI_COMM_WORLD).
-std::unique_ptr<Transport> make_mpi_transport(Device& dev, int rank, int size);
+// communicator, MPI_Comm_dup of MPI_COMM_WORLD). link enabled: every step is paced by an emulated
+// link (collectives/link.h) on a per-process fabric: it returns no sooner than its transfers
+// would complete (L + bytes / G each, on this rank's send and receive links), sleeping.
+std::unique_ptr<Transport> make_mpi_transport(Device& dev, int rank, int size,
+                                              const LinkSpec& link = {});
 
 // MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM) on the MPI transport's communicator
 // (host staging for devices the host cannot read). Throws when t is not an MPI transport.

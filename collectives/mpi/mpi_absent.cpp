@@ -15,7 +15,9 @@ const char* kNoMpi =
 bool mpi_built() { return false; }
 MpiSession::MpiSession() { throw Error(kNoMpi); }
 MpiSession::~MpiSession() = default;
-std::unique_ptr<Transport> make_mpi_transport(Device&, int, int) { throw Error(kNoMpi); }
+std::unique_ptr<Transport> make_mpi_transport(Device&, int, int, const LinkSpec&) {
+  throw Error(kNoMpi);
+}
 void mpi_allreduce_sum(Transport&, int, float*, size_t) { throw Error(kNoMpi); }
 void mpi_abort_job(int rank, const std::string& msg) {
   std::fprintf(stderr, "dpbench: rank %d: error: %s\n", rank, msg.c_str());

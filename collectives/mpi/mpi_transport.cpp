@@ -2,6 +2,7 @@
 // CMake finds MPI (else mpi_absent.cpp). Tested by tests/mpi_test.sh (mpirun -np 2 and 3).
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <vector>
@@ -78,7 +79,9 @@ namespace {
 
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(Device& dev, int rank, int size) : dev_(dev), rank_(rank), size_(size) {
+  MpiTransport(Device& dev, int rank, int size, const LinkSpec& link)
+      : dev_(dev), rank_(rank), size_(size) {
+    if (link.enabled()) fab_ = std::make_unique<LinkFabric>(size, link);
     int world = 0, me = 0;
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world), "world");
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &me), "world");
@@ -111,6 +114,7 @@ class MpiTransport final : public Transport {
 
   void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs) override {
     check(rank);
+    const LinkFabric::Clock::time_point done = pace(sends, recvs);
     size_t rtotal = 0, stotal = 0;
     for (const RecvOp& r : recvs) rtotal += staged(r) ? r.len : 0;
     for (const SendOp& s : sends) stotal += s.len;
@@ -147,6 +151,7 @@ class MpiTransport final : public Transport {
               "rank " << rank_ << ", a step of " << sends.size() << " sends and " << recvs.size()
                       << " receives");
     apply(recvs, rtotal);
+    if (fab_) link_sleep_until(done);
   }
 
   void barrier(int rank) override {
@@ -191,6 +196,19 @@ class MpiTransport final : public Transport {
  private:
   static constexpr int kTag = 15;
 
+  // Emulated link: books this step's transfers (sends on our send link, receives on our receive
+  // link) and returns when the last would complete; now when there is no link.
+  LinkFabric::Clock::time_point pace(std::span<const SendOp> sends, std::span<const RecvOp> recvs) {
+    auto done = LinkFabric::Clock::now();
+    if (!fab_) return done;
+    auto book = [&](int src, int dst, size_t len) {
+      if (len > 0) done = std::max(done, fab_->reserve(src, dst, double(len) * sizeof(float), rank_));
+    };
+    for (const SendOp& s : sends) book(rank_, s.to, s.len);
+    for (const RecvOp& r : recvs) book(r.from, rank_, r.len);
+    return done;
+  }
+
   bool staged(const RecvOp& r) const { return !host_ || r.op == RecvOp::Reduce; }
 
   void check(int rank) const {
@@ -231,12 +249,14 @@ class MpiTransport final : public Transport {
   std::vector<float> rstage_, sstage_;  // host staging: received, sent (non-host devices)
   Buffer dstage_;                       // device staging of received data (non-host devices)
   std::vector<MPI_Request> reqs_;
+  std::unique_ptr<LinkFabric> fab_;  // emulated link, this process's view (null: none)
 };
 
 }  // namespace
 
-std::unique_ptr<Transport> make_mpi_transport(Device& dev, int rank, int size) {
-  return std::make_unique<MpiTransport>(dev, rank, size);
+std::unique_ptr<Transport> make_mpi_transport(Device& dev, int rank, int size,
+                                              const LinkSpec& link) {
+  return std::make_unique<MpiTransport>(dev, rank, size, link);
 }
 
 void mpi_allreduce_sum(Transport& t, int rank, float* buf, size_t n) {

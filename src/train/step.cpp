@@ -21,10 +21,10 @@ RankSet::RankSet(std::vector<std::unique_ptr<Device>> devices, const std::string
 }
 
 RankSet::RankSet(std::unique_ptr<Device> dev, int processes, const std::string& algorithm,
-                 const AllReduceOptions& opts) {
+                 const AllReduceOptions& opts, const LinkSpec& link) {
   const int rank = dev->rank();
   devs.push_back(std::move(dev));
-  group = std::make_unique<CommGroup>(make_mpi_transport(*devs[0], rank, processes));
+  group = std::make_unique<CommGroup>(make_mpi_transport(*devs[0], rank, processes, link));
   allreduce = make_allreduce(algorithm, *group, opts);
 }
 

@@ -36,8 +36,9 @@ struct RankSet {
   RankSet(std::vector<std::unique_ptr<Device>> devices, const std::string& allreduce,
           const AllReduceOptions& opts = {});
   // Rank dev->rank() of `processes` processes, one rank each (MPI must be initialized).
+  // link: the emulated link the MPI transport paces its steps with (disabled: none).
   RankSet(std::unique_ptr<Device> dev, int processes, const std::string& allreduce,
-          const AllReduceOptions& opts = {});
+          const AllReduceOptions& opts = {}, const LinkSpec& link = {});
   std::vector<std::unique_ptr<Device>> devs;  // the local ranks' devices
   std::unique_ptr<CommGroup> group;
   std::unique_ptr<AllReduce> allreduce;

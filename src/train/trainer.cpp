@@ -70,7 +70,7 @@ RankSet Run::make_ranks(const TrainConfig& cfg, const DeviceFactory& make_dev) {
     std::unique_ptr<Device> dev =
         make_dev ? make_dev(r, threads)
                  : make_device(cfg.backend, r, DeviceOptions{threads, cfg.tf32, cfg.procs.local_rank});
-    return RankSet(std::move(dev), cfg.procs.size, cfg.allreduce, opts);
+    return RankSet(std::move(dev), cfg.procs.size, cfg.allreduce, opts, cfg.link);
   }
   std::vector<std::unique_ptr<Device>> devs;
   if (!make_dev) devs = make_devices(cfg.backend, cfg.devices, threads, cfg.tf32);
@@ -191,9 +191,9 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
     DPB_CHECK(cfg.devices == cfg.procs.size,
               "--devices " << cfg.devices << ": this run has " << cfg.procs.size
                            << " processes (one rank each); omit --devices or give " << cfg.procs.size);
-    DPB_CHECK(!cfg.link.enabled(),
-              "--link-gbps/--link-latency-us: the emulated link paces ranks that are threads of "
-              "one process; with one process per rank the real transport is timed (omit them)");
+    DPB_CHECK(!cfg.link.enabled() || cfg.allreduce != "mpi",
+              "--link-gbps/--link-latency-us: --allreduce mpi (MPI_Allreduce) is not paced by the "
+              "emulated link; use naive, ring, direct, rhd or auto, or omit the link");
   }
   const std::string why = allreduce_refusal(find_allreduce(cfg.allreduce), cfg.devices,
                                             backend.kind, cfg.launcher());
