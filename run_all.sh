@@ -6,6 +6,7 @@
 #   ./run_all.sh                              # quick without a GPU (sized for ~15 min on 2 cores), else full
 #   ./run_all.sh --full --suite d2l-lenet --devices 1,2
 #   ./run_all.sh --quick --suite d2l-lenet --peers   # PyTorch, DDP, JAX, OpenMPI beside dpbench
+#   ./run_all.sh --launcher both             # sync + scaling k > 1 also as mpirun processes
 #   ./run_all.sh --out results/20260101T000000Z-abc1234    # continue an interrupted run
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -15,7 +16,7 @@ INVOCATION="./run_all.sh${*:+ $*}"
 usage() {
   cat <<'EOF'
 usage: ./run_all.sh [--quick | --full] [--suite NAME]... [--devices LIST] [--peers] [--out DIR]
-                   [--no-build]
+                   [--launcher threads|mpi|both] [--no-build]
 
   --quick         fewer epochs and data subsets, sized for ~15 min on 2 cores with LeNet past its
                   loss plateau (default without a GPU); every output says quick
@@ -29,6 +30,14 @@ usage: ./run_all.sh [--quick | --full] [--suite NAME]... [--devices LIST] [--pee
                   recipe as the runs their suites name; rows in the same CSVs (column impl),
                   side by side in summary.txt and the plots. Says which are missing and how to
                   install them (PyTorch: apt-get install python3-torch; jax: see peers/README.md)
+  --launcher L    threads (default): ranks are threads of one process; mpi: the sync and scaling
+                  suites' runs with k > 1 devices (with --suite: the named suites') run as
+                  `mpirun -np K dpbench train ...`, one rank per process, instead; both: each
+                  twice, the process runs named <scenario>-mpi (CSV column launcher = mpi),
+                  compared with their thread twins in summary.txt and plots/launcher.*. Needs
+                  mpirun (Open MPI: run with --oversubscribe --bind-to none); without it those
+                  runs are skipped with a note. DPB_MPIRUN overrides the prefix, e.g.
+                  DPB_MPIRUN="srun -n {np} --mpi=pmix"
   --out DIR       results folder (default results/<UTC time>-<commit>[-quick]); an existing one is
                   continued: runs already in its CSVs are skipped
   --no-build      use the build as it is, even when sources are newer
@@ -43,7 +52,7 @@ Suites and their runs: scripts/run_suite.py list
 EOF
 }
 
-mode="" devices="1,2,4" out="" out_given=0 build_ok=1 peers=""
+mode="" devices="1,2,4" out="" out_given=0 build_ok=1 peers="" launcher=threads
 suites=()
 while (($#)); do
   case $1 in
@@ -58,6 +67,9 @@ while (($#)); do
     --out) [ $# -ge 2 ] || { echo "run_all.sh: --out needs a folder" >&2; exit 2; }
            out=$2; out_given=1; shift ;;
     --out=*) out=${1#*=}; out_given=1 ;;
+    --launcher) [ $# -ge 2 ] || { echo "run_all.sh: --launcher needs threads, mpi or both" >&2; exit 2; }
+                launcher=$2; shift ;;
+    --launcher=*) launcher=${1#*=} ;;
     --no-build) build_ok=0 ;;
     --peers) peers=--peers ;;
     -h|--help) usage; exit 0 ;;
@@ -67,6 +79,12 @@ while (($#)); do
 done
 [[ $devices =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
   { echo "run_all.sh: --devices wants counts like 1,2,4, got '$devices'" >&2; exit 2; }
+case $launcher in threads|mpi|both) ;; *) echo "run_all.sh: --launcher wants threads, mpi or" \
+  "both, got '$launcher'" >&2; exit 2 ;; esac
+if [ "$launcher" != threads ] && ! command -v mpirun >/dev/null && [ -z "${DPB_MPIRUN:-}" ]; then
+  echo "run_all.sh: note: --launcher $launcher but no mpirun (apt-get install openmpi-bin): the" \
+    "process-mode runs are skipped"
+fi
 suite_list=$(IFS=,; echo "${suites[*]:-}")
 for s in ${suite_list//,/ }; do
   [ -f "scenarios/$s.ini" ] || { echo "run_all.sh: no suite '$s' (scenarios/: $(cd scenarios &&
@@ -163,7 +181,7 @@ step "microbenchmarks and suites -> $out"
 set +e
 python3 scripts/run_suite.py run --out "$out" --"$mode" --backend "$backend" --devices "$devices" \
   --bin "$BUILD/dpbench" ${suite_list:+--suite "$suite_list"} --info "$info" \
-  --invocation "$INVOCATION" $peers
+  --invocation "$INVOCATION" --launcher "$launcher" $peers
 rc=$?
 set -e
 ((rc == 130)) && interrupted

@@ -5,6 +5,7 @@
   scripts/run_suite.py run --out DIR --suite d2l-lenet,micro [--quick|--full] [--devices 1,2,4]
       [--backend cpu|cuda] [--bin build/dpbench] [--micro-bin build/dpbench-micro] [--peers]
       [--set "--lr 0.1"] [--wrap "nsys profile -o DIR/{suite}-{scenario}"] [--dry-run]
+      [--launcher threads|mpi|both] [--no-micro]
   scripts/run_suite.py summary DIR                            # the summary table of a results folder
   scripts/run_suite.py record --rc N --wall S DIR -- CMD...   # add a command run outside to DIR's manifest
 
@@ -15,12 +16,19 @@ already in DIR/<suite>.csv are skipped, so an interrupted run continues with the
 --peers: after each suite's runs, the installed peers (peers/, scripts/peerlib.py) repeat the runs
 its [peers] section names; their rows join the same CSVs with impl = pytorch, pytorch-ddp, jax or
 openmpi.
+--launcher mpi|both: the multi-device runs (k > 1) of the sync and scaling suites (of every suite
+given with --suite) also run in process mode, `mpirun -np K dpbench train ...` (one rank per
+process; Open MPI: --oversubscribe --bind-to none, like the threads, which are not bound), as
+scenario <name>-mpi (CSV column launcher = mpi); `mpi` leaves their thread-mode runs out. Without
+mpirun they are skipped with a note. DPB_MPIRUN replaces the launcher prefix ({np}: the count),
+e.g. DPB_MPIRUN="srun -n {np} --mpi=pmix".
 Standard library only: it runs under any python3. Suite files, readers and the per-run numbers are
 in scripts/suitelib.py.
 """
 import argparse
 import json
 import os
+import shutil
 import platform
 import shlex
 import signal
@@ -31,8 +39,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peerlib  # noqa: E402
-from suitelib import (ROOT, append_suite_csv, expand_runs, load_suite, read_rows,  # noqa: E402
-                      suite_names, write_json)
+from suitelib import (ROOT, append_suite_csv, expand_runs, load_suite, mpi_twins,  # noqa: E402
+                      read_rows, suite_names, write_json)
 from summary import write_summary  # noqa: E402
 
 
@@ -85,6 +93,44 @@ def versions(bin_path, info):
     return v
 
 
+# ----------------------------------------------------------------------------- launcher
+
+MPI_SUITES = ("sync", "scaling")  # suites --launcher applies to unless --suite names others
+
+
+def mpirun_prefix(np):
+    """The command prefix that starts np processes: $DPB_MPIRUN ({np} replaced), else mpirun; None
+    when there is no mpirun. Open MPI's gets --oversubscribe (k may exceed the cores, as the
+    threads do) and --bind-to none (each rank's math threads use any core, as in thread mode)."""
+    custom = os.environ.get("DPB_MPIRUN")
+    if custom:
+        return [x.replace("{np}", str(np)) for x in shlex.split(custom)]
+    if not shutil.which("mpirun"):
+        return None
+    extra = (["--oversubscribe", "--bind-to", "none"]
+             if "Open MPI" in _cmd_out(["mpirun", "--version"]) else [])
+    return ["mpirun", "-np", str(np)] + extra
+
+
+def plan_launcher(a, suite, runs):
+    """Thread-mode runs kept and process-mode twins added by --launcher, with notes."""
+    if a.launcher == "threads" or (suite.name not in MPI_SUITES and not a.suite_given):
+        return runs, []
+    twins, notes = mpi_twins(runs)
+    if twins and mpirun_prefix(2) is None:
+        notes += [(suite.name, t.name, "no mpirun (apt-get install openmpi-bin)") for t in twins]
+        twins = []
+    out = []
+    for r in runs:
+        twin = [t for t in twins if t.name == r.name + "-mpi"]
+        if a.launcher == "mpi" and twin:
+            notes.append((suite.name, r.name, "thread mode (--launcher mpi)"))
+        else:
+            out.append(r)
+        out += twin
+    return out, notes
+
+
 # ----------------------------------------------------------------------------- runner
 
 
@@ -118,6 +164,10 @@ class Runner:
         })
         if a.set:
             self.manifest["extra_args"] = a.set
+        self.manifest["launcher"] = a.launcher
+        if a.launcher != "threads" and os.geteuid() == 0:  # Open MPI refuses root without these
+            os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
     def dpbench_info(self):
         try:
@@ -235,10 +285,13 @@ class Runner:
         if os.path.exists(run_csv):
             os.remove(run_csv)
         cmd = ([a.bin, "train"] + run.args + ["--backend", a.backend, "--csv", run_csv])
+        if run.procs:
+            cmd = mpirun_prefix(run.procs) + cmd
         if a.wrap:
             cmd = shlex.split(a.wrap.format(suite=run.suite, scenario=run.name,
                                             out=self.out)) + cmd
-        shown = " ".join(shlex.quote(c) for c in run.args)
+        shown = (f"mpirun -np {run.procs}: " if run.procs else "") + \
+            " ".join(shlex.quote(c) for c in run.args)
         print(f"[{n}/{total} {self.elapsed()}] {run.suite}/{run.name}: {shown}", flush=True)
         log = os.path.join(self.out, "logs", run.suite, run.name + ".log")
         rc, wall, tail = self.execute(cmd, log, lambda l: l.startswith(("epoch", "  epoch")))
@@ -271,11 +324,12 @@ class Runner:
             available, missing = peerlib.check_available(a.backend)
             self.manifest["peers_missing"] = [f"{k}: {v}" for k, v in missing.items()]
         for s in suites:
-            if s.micro:
+            if s.micro and not a.no_micro:
                 plan.append(("micro", s))
             runs, n = expand_runs(s, a.quick, a.backend, a.devices, shlex.split(a.set or ""))
-            plan += [("train", r) for r in runs]
-            notes += n
+            launched, n2 = plan_launcher(a, s, runs)
+            plan += [("train", r) for r in launched]
+            notes += n + n2
             if a.peers:
                 peer_runs, n = peerlib.plan(s, runs, available, a.backend)
                 plan += [("peer", p) for p in peer_runs]
@@ -297,7 +351,9 @@ class Runner:
             for n, (kind, item) in enumerate(plan, 1):
                 print(f"[{n}/{total}] " + {
                     "micro": lambda: f"{item.name}: dpbench-micro",
-                    "train": lambda: f"{item.suite}/{item.name}: " + " ".join(item.args),
+                    "train": lambda: f"{item.suite}/{item.name}: " + (
+                        f"mpirun -np {item.procs} dpbench train " if item.procs else "") +
+                    " ".join(item.args),
                     "peer": lambda: f"{item.suite}/{item.name}: peer {item.peer.impl}",
                     "peer-micro": lambda: f"{item.name}: peer openmpi"}[kind]())
             return 0
@@ -358,6 +414,11 @@ def main(argv=None):
     r.add_argument("--info", default="", help="`dpbench info` JSON (else asked from --bin)")
     r.add_argument("--invocation", default="", help="the command line to record")
     r.add_argument("--dry-run", action="store_true", help="print the commands only")
+    r.add_argument("--launcher", default="threads", choices=["threads", "mpi", "both"],
+                   help="ranks as threads (default); mpi: the k > 1 runs of sync and scaling (of "
+                   "the suites given with --suite) as `mpirun -np K` processes instead; both: "
+                   "each twice, the process runs named <scenario>-mpi")
+    r.add_argument("--no-micro", action="store_true", help="leave the microbenchmarks out")
     r.add_argument("--peers", action="store_true", help="also run the installed peers (peers/) "
                    "on the runs the suites' [peers] sections name")
     rec = sub.add_parser("record", help="add a command run outside (plots) to the manifest")
@@ -390,6 +451,7 @@ def main(argv=None):
         return 0
     default = sorted((n for n in suite_names() if load_suite(n).default),
                      key=lambda n: (bool(load_suite(n).runs), n))  # microbenchmarks first
+    a.suite_given = any(a.suite)
     a.suite = [x for s in a.suite for x in s.split(",") if x] or default
     for sname in a.suite:
         load_suite(sname)  # unknown names fail before any work

@@ -29,6 +29,7 @@ class Run:
     suite: str
     name: str
     args: list  # final `dpbench train` arguments for the chosen mode (no --backend / --csv)
+    procs: int = 0  # > 0: run as `mpirun -np procs dpbench train ...` (process mode, issue 15)
 
 
 @dataclass
@@ -151,6 +152,32 @@ def expand_runs(suite, quick, backend, devices, extra=()):
             continue
         runs.append(Run(suite.name, name, merge_args(args, list(extra))))
     return runs, notes
+
+
+MPI_SUFFIX = "-mpi"  # scenario name of a run's process-mode twin
+# Flag combinations `dpbench train` refuses in process mode (src/train/trainer.cpp validate):
+# (predicate over the args, why). A twin that one refuses is left out with the note.
+PROCESS_REFUSALS = [
+    (lambda a: arg_value(a, "--allreduce") == "mpi" and
+     float(arg_value(a, "--link-gbps", "0")) + float(arg_value(a, "--link-latency-us", "0")) > 0,
+     "process mode refuses --allreduce mpi with the emulated link"),
+]
+
+
+def mpi_twins(runs):
+    """Process-mode twins (scenario + MPI_SUFFIX, procs = k) of the multi-device runs, and
+    [(suite, run, why left out)] for those process mode refuses."""
+    twins, notes = [], []
+    for r in runs:
+        k = int(arg_value(r.args, "--devices", "1"))
+        if k < 2:
+            continue
+        why = next((w for refused, w in PROCESS_REFUSALS if refused(r.args)), None)
+        if why:
+            notes.append((r.suite, r.name + MPI_SUFFIX, why))
+        else:
+            twins.append(Run(r.suite, r.name + MPI_SUFFIX, r.args, procs=k))
+    return twins, notes
 
 
 # ----------------------------------------------------------------------------- files
