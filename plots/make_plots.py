@@ -10,6 +10,8 @@ into RESULTS_DIR/plots/. Needs matplotlib (Debian: python3-matplotlib; run it wi
   time_to_accuracy.png      test accuracy vs training time, with each suite's target
   peers.png                 epoch time of dpbench and each peer on the same runs, with the ratio
                             (./run_all.sh --peers); the accuracy figures draw the peers dashed
+  launcher.png              epoch time, threads vs processes (mpirun), per run with an -mpi twin
+                            (./run_all.sh --launcher both)
 
 Every title names the machine (manifest.json) and says when the data are quick subsets; runs with
 ranks sharing one GPU are drawn dashed / hatched. A figure whose data are missing is skipped with a
@@ -33,11 +35,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import suitelib as rs  # noqa: E402  (suite files, CSV and benchmark readers, summary rows)
 from peerlib import FAMILY  # noqa: E402
 import peer_plots  # noqa: E402  (plots/: the peers figure)
+import launcher_plot  # noqa: E402  (plots/: threads vs processes)
 from summary import micro_peer_rows  # noqa: E402
 
 MODEL_NAME = {"lenet": "LeNet", "resnet18": "ResNet-18"}
 GRAD_BYTES = {516272: "LeNet gradients", 44703272: "ResNet-18 gradients"}  # dpbench-micro's sizes
-SPEED_KEYS = ("model", "devices", "global_batch", "allreduce", "grad_sync", "overlap", "bucket_mb")
+SPEED_KEYS = ("model", "devices", "global_batch", "allreduce", "grad_sync", "overlap", "bucket_mb",
+              "launcher")
 plt.rcParams.update({"figure.constrained_layout.use": True, "figure.dpi": 110,
                      "savefig.dpi": 110, "font.size": 9,
                      "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 7.5,
@@ -149,7 +153,7 @@ class Plotter:
         """Speedup vs devices: one line per suite and batch rule (global batch fixed or per-device
         batch fixed), median over the runs that differ only in lr."""
         rows = [r for r in self.summary if r["suite"] not in ("sync", "smoke")
-                and r["speedup"] is not None]
+                and r["speedup"] is not None and not r["scenario"].endswith(rs.MPI_SUFFIX)]
         models = sorted({r["model"] for r in rows})
         if not rows or max(r["devices"] for r in rows) < 2:
             raise Skip("no suite with runs on 1 and more devices")
@@ -198,7 +202,8 @@ class Plotter:
         groups = {}
         for eps in runs.values():
             e0 = eps[0]
-            key = tuple(e0[k] for k in SPEED_KEYS)
+            key = tuple((e0.get(k) or "threads") if k == "launcher" else e0[k]
+                        for k in SPEED_KEYS)
             groups.setdefault(key, []).append(eps)
         if not groups:
             raise Skip("no runs")
@@ -464,6 +469,7 @@ class Plotter:
         self.attempt("micro_busbw", self.micro)
         self.attempt("time_to_accuracy", self.time_to_accuracy)
         self.attempt("peers", peer_plots.peers, self, Skip, MODEL_NAME)
+        self.attempt("launcher", launcher_plot.launcher, self, Skip)
 
 
 def main():

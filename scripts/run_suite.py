@@ -5,7 +5,7 @@
   scripts/run_suite.py run --out DIR --suite d2l-lenet,micro [--quick|--full] [--devices 1,2,4]
       [--backend cpu|cuda] [--bin build/dpbench] [--micro-bin build/dpbench-micro] [--peers]
       [--set "--lr 0.1"] [--wrap "nsys profile -o DIR/{suite}-{scenario}"] [--dry-run]
-      [--launcher threads|mpi|both] [--no-micro]
+      [--launcher threads|mpi|both] [--no-micro] [--runs GLOB]
   scripts/run_suite.py summary DIR                            # the summary table of a results folder
   scripts/run_suite.py record --rc N --wall S DIR -- CMD...   # add a command run outside to DIR's manifest
 
@@ -26,6 +26,7 @@ Standard library only: it runs under any python3. Suite files, readers and the p
 in scripts/suitelib.py.
 """
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -327,6 +328,8 @@ class Runner:
             if s.micro and not a.no_micro:
                 plan.append(("micro", s))
             runs, n = expand_runs(s, a.quick, a.backend, a.devices, shlex.split(a.set or ""))
+            if a.runs:
+                runs = [r for r in runs if fnmatch.fnmatchcase(r.name, a.runs)]
             launched, n2 = plan_launcher(a, s, runs)
             plan += [("train", r) for r in launched]
             notes += n + n2
@@ -419,6 +422,8 @@ def main(argv=None):
                    "the suites given with --suite) as `mpirun -np K` processes instead; both: "
                    "each twice, the process runs named <scenario>-mpi")
     r.add_argument("--no-micro", action="store_true", help="leave the microbenchmarks out")
+    r.add_argument("--runs", default="", help="only the runs whose name matches this glob "
+                   "(their -mpi twins follow them)")
     r.add_argument("--peers", action="store_true", help="also run the installed peers (peers/) "
                    "on the runs the suites' [peers] sections name")
     rec = sub.add_parser("record", help="add a command run outside (plots) to the manifest")

@@ -1,7 +1,8 @@
 """summary.py: the summary of a results folder (summary.txt and summary.csv, printed at the end of
 ./run_all.sh): all-reduce bus bandwidth per rank count (dpbench and the OpenMPI peer side by side),
-one table per suite, and the peers next to the dpbench runs they repeat with the ratio of their
-epoch times. `scripts/run_suite.py summary DIR` rewrites it. Standard library only.
+one table per suite, the peers next to the dpbench runs they repeat with the ratio of their
+epoch times, and the process-mode runs (<scenario>-mpi, run_all.sh --launcher) beside their
+thread-mode twins. `scripts/run_suite.py summary DIR` rewrites it. Standard library only.
 """
 import csv
 import io
@@ -10,7 +11,7 @@ import os
 import textwrap
 
 from peerlib import FAMILY
-from suitelib import read_micro, summarize, write_atomic
+from suitelib import MPI_SUFFIX, read_micro, summarize, write_atomic
 
 
 def fmt(v, spec):
@@ -102,6 +103,22 @@ def peer_table(rows):
     return table if len(table) > 1 else None
 
 
+def launcher_table(rows):
+    """Each process-mode run (<scenario>-mpi) beside its thread-mode twin: epoch times, ratio."""
+    ours = {r["scenario"]: r for r in rows if r["impl"] == "dpbench"}
+    table = [("scenario", "k", "threads epoch s", "processes epoch s", "processes/threads",
+              "threads final acc", "processes final acc")]
+    for name, p in ours.items():
+        t = ours.get(name[:-len(MPI_SUFFIX)]) if name.endswith(MPI_SUFFIX) else None
+        if t is None:
+            continue
+        ratio = p["epoch_s"] / t["epoch_s"] if p["epoch_s"] and t["epoch_s"] else None
+        table.append((t["scenario"], str(t["devices"]), fmt(t["epoch_s"], ".3f"),
+                      fmt(p["epoch_s"], ".3f"), fmt(ratio, ".2f") + "x",
+                      f"{t['final_acc']:.3f}", f"{p['final_acc']:.3f}"))
+    return table if len(table) > 1 else None
+
+
 def render(table):
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     out = []
@@ -148,6 +165,10 @@ def summary_text(out_dir, rows):
         if peers:
             lines += ["", f"   {suite}: peers on the same data and recipe, in this run"]
             lines += ["   " + line for line in render(peers)]
+        procs = launcher_table(sr)
+        if procs:
+            lines += ["", f"   {suite}: threads vs processes (mpirun -np k; runs <scenario>-mpi)"]
+            lines += ["   " + line for line in render(procs)]
     lines.append("")
     lines += textwrap.wrap(
         "k: devices; data: train/test examples x epochs; epoch s: median of the epochs after the "
@@ -155,7 +176,8 @@ def summary_text(out_dir, rows):
         "this epoch time; eff: speedup / k; t->target: training seconds until the test accuracy "
         "first reached the target. Peers: peer/dpbench is the peer's epoch time over dpbench's "
         "(above 1: dpbench is faster); their speedup is against their own 1-device run "
-        "(summary.csv).", 100)
+        "(summary.csv). processes/threads: the process-mode epoch time (one rank per process, "
+        "mpirun) over the thread-mode one (above 1: threads are faster).", 100)
     return "\n".join(lines) + "\n"
 
 
