@@ -39,7 +39,7 @@ def launcher(p, Skip):
         ax.set_xlabel("epoch time, s (median of the epochs after the first)")
         ax.set_title(suite)
         ax.margins(x=0.15)
-        ax.legend(loc="lower right")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5), ncol=2)
     p.title(fig, "Threads vs processes: epoch time (ratio processes / threads)",
             [r for s in suites for r in p.results.get(s, [])])
     p.save(fig, "launcher")

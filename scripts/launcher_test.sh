@@ -24,6 +24,9 @@ need "--suite smoke --launcher mpi: twins" grep -q 'smoke/lenet-k2-mpi: mpirun -
 need "--launcher mpi: thread k>1 runs left out with a note" grep -q 'left out, thread mode (--launcher mpi)' "$tmp/mpi.txt"
 need "--launcher mpi: 1-device runs kept" grep -q 'smoke/lenet-k1: ' "$tmp/mpi.txt"
 "${RS[@]}" --suite smoke >"$tmp/threads.txt" 2>&1
+need "run_all.sh --launcher: a bad value is refused (exit 2)" bash -c \
+  './run_all.sh --launcher bogus --no-build 2>&1 | grep -q "launcher wants threads, mpi or both"'
+need "run_all.sh --help names --launcher" bash -c './run_all.sh --help | grep -q -- "--launcher L"'
 need "default launcher threads: no twins" bash -c '! grep -q -- "-mpi" "$1"' _ "$tmp/threads.txt"
 
 command -v mpirun >/dev/null || { echo "launcher_test: SKIP (real run): mpirun not found"; exit $((fails ? 1 : 77)); }
