@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # launcher_test.sh BUILD_DIR: CI's check of run_all.sh/run_suite.py --launcher (issue 15): a dry
 # run plans the -mpi twins of the k > 1 runs (sync and scaling by default, the --suite ones when
-# named; only the twins with --launcher mpi), then one tiny real run of smoke's lenet-k2 as threads
+# named; only the twins with --launcher mpi; refused twins left out), then one tiny real run of smoke's lenet-k2 as threads
 # and as `mpirun -np 2` processes: rows launcher=threads and launcher=mpi (processes 2), the
 # summary's threads-vs-processes table and plots/launcher.png. About 15 s on 2 cores. Exit 77
 # (ctest: skipped) without mpirun or an MPI build of dpbench.
@@ -23,6 +23,9 @@ need "no twin of a 1-device run" bash -c '! grep -q "k1-mpi" "$1"' _ "$tmp/defau
 need "--suite smoke --launcher mpi: twins" grep -q 'smoke/lenet-k2-mpi: mpirun -np 2' "$tmp/mpi.txt"
 need "--launcher mpi: thread k>1 runs left out with a note" grep -q 'left out, thread mode (--launcher mpi)' "$tmp/mpi.txt"
 need "--launcher mpi: 1-device runs kept" grep -q 'smoke/lenet-k1: ' "$tmp/mpi.txt"
+"${RS[@]}" --suite smoke --launcher both --set "--allreduce mpi --link-gbps 1" >"$tmp/refused.txt" 2>&1
+need "twins process mode refuses: left out with a note" grep -q \
+  'left out, process mode refuses --allreduce mpi with the emulated link' "$tmp/refused.txt"
 "${RS[@]}" --suite smoke >"$tmp/threads.txt" 2>&1
 need "run_all.sh --launcher: a bad value is refused (exit 2)" bash -c \
   './run_all.sh --launcher bogus --no-build 2>&1 | grep -q "launcher wants threads, mpi or both"'
