@@ -77,8 +77,9 @@ class CommGroup {
   void set_barrier_spin_ns(long ns) { t_->set_barrier_spin_ns(ns); }
   // The steps of a collective (see transport.h): publish this rank's buffer, then steps.
   void begin(int rank, float* buf) { t_->begin(rank, buf); }
-  void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs) {
-    t_->step(rank, sends, recvs);
+  void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+            bool fence = true) {
+    t_->step(rank, sends, recvs, fence);
   }
   // Device-ordered barrier: when it returns on every rank, comm work issued by every rank before
   // the barrier is ordered before comm work issued after it on any rank. CPU threads: one host

@@ -50,7 +50,8 @@ void LinkFabric::issue(int r, Clock::time_point t) {
   streamed_[r] = 1;
 }
 
-LinkFabric::Clock::time_point LinkFabric::reserve(int src, int dst, double bytes, int by) {
+LinkFabric::Clock::time_point LinkFabric::reserve(int src, int dst, double bytes, int by,
+                                                  Clock::time_point not_before) {
   const auto now = Clock::now();
   const auto busy = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
       spec_.gbps > 0 ? bytes * 8.0 / (spec_.gbps * 1e9) : 0.0));
@@ -64,7 +65,7 @@ LinkFabric::Clock::time_point LinkFabric::reserve(int src, int dst, double bytes
   Clock::time_point ready = now;
   if (std::all_of(streamed_.begin(), streamed_.end(), [](char c) { return c != 0; }))
     ready = std::max(*std::max_element(issued_.begin(), issued_.end()), stream_[by]);
-  const auto start = std::max({ready, send_free_[src], recv_free_[dst]});
+  const auto start = std::max({ready, not_before, send_free_[src], recv_free_[dst]});
   send_free_[src] = recv_free_[dst] = start + busy;  // the latency is propagation, not occupancy
   const auto done = start + busy + lat;
   stream_[by] = std::max(stream_[by], done);
@@ -221,10 +222,10 @@ void attach_link(std::vector<std::unique_ptr<Device>>& devs, const LinkSpec& spe
 double ring_link_cost(double n, int k, const LinkSpec& l) {  // 2(k-1) steps of one chunk each
   return k <= 1 ? 0.0 : 2.0 * (k - 1) * l.transfer_s(n / k);
 }
-// Rank 0 pulls and adds the k-1 peers one after another ((k-1) (L + n/G)); then the k-1 peers
-// pull the sum at once, sharing rank 0's send link (L + (k-1) n/G): k L + 2(k-1) n/G.
+// Rank 0 pulls and adds the k-1 peers one after another ((k-1) (L + n/G)), then puts the sum
+// into them one after another (the same): 2(k-1) (L + n/G).
 double naive_link_cost(double n, int k, const LinkSpec& l) {
-  return k <= 1 ? 0.0 : (k - 1) * l.transfer_s(n) + l.transfer_s(n * (k - 1));
+  return k <= 1 ? 0.0 : 2.0 * (k - 1) * l.transfer_s(n);
 }
 // Rank r reads its chunk from peers r+1, r+2, ... in turn: at each turn every rank sends one
 // chunk and receives one, so no link is shared; then the same for the gather.

@@ -29,7 +29,9 @@
 //
 // Processes: LinkFabric::reserve is the whole pacing policy. Threads share one fabric; the MPI
 // transport (collectives/mpi/mpi_transport.cpp) paces its sends and receives with the same call
-// on a per-process fabric (wall-time booking) and sleeps the same way. A process sees only its
+// on a per-process fabric (wall-time booking) and sleeps the same way; the moves the threads
+// transport makes on one rank's thread (its receives and its puts) are booked one after another,
+// as that thread would do them. A process sees only its
 // own traffic: its send and receive links are exact, a peer's are booked only with what this
 // process sent to or received from it.
 //
@@ -76,7 +78,9 @@ class LinkFabric {
   // Books a transfer of `bytes` from rank src to rank dst by rank `by` (whose thread does it);
   // returns when it completes. It starts now (wall time) unless every rank issued its comm work
   // with issue(); then no earlier than the last issue and the end of by's previous transfer.
-  Clock::time_point reserve(int src, int dst, double bytes, int by);
+  // Never before not_before (the MPI transport chains the moves one rank makes in a step).
+  Clock::time_point reserve(int src, int dst, double bytes, int by,
+                            Clock::time_point not_before = {});
   // Rank r's comm work from here on was issued (by its host) at t: its transfers run on r's
   // emulated stream, no earlier than t.
   void issue(int r, Clock::time_point t);

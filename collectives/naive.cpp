@@ -1,7 +1,9 @@
 // naive.cpp: d2l's textbook all-reduce. Step 1: rank 0 receives every other rank's buffer and
-// adds it into its own; step 2: every other rank receives the sum from rank 0. All the traffic
-// goes through one rank, so it scales poorly: it is the baseline the ring is measured against.
-// Written over the transport's steps (transport.h), so it runs across threads and processes.
+// adds it into its own; step 2: rank 0 puts the sum into every other rank's buffer. All the
+// traffic goes through one rank, so it scales poorly: it is the baseline the ring is measured
+// against. Written over the transport's steps (transport.h), so it runs across threads and
+// processes; step 1 is unfenced (the peers only wait for the put), so the threads transport
+// needs two barriers a call, as the textbook's "copy to device 0, sum, copy back" does.
 // Built by make_allreduce("naive", group); tested by tests/test_allreduce.cpp.
 #include <memory>
 #include <vector>
@@ -26,13 +28,14 @@ class NaiveAllReduce final : public AllReduce {
       for (int p = 1; p < k; ++p) recvs.push_back({p, 0, buf, n, RecvOp::Reduce});
     else
       sends.push_back({0, 0, n});
-    group_.step(rank, sends, recvs);  // rank 0 holds the sum
+    // Unfenced: a peer's buffer is next written by rank 0's put, after rank 0 has read it.
+    group_.step(rank, sends, recvs, /*fence=*/false);  // rank 0 holds the sum
     sends.clear();
     recvs.clear();
     if (rank == 0)
-      for (int p = 1; p < k; ++p) sends.push_back({p, 0, n});
+      for (int p = 1; p < k; ++p) sends.push_back({p, 0, n, /*put_off=*/0});
     else
-      recvs.push_back({0, 0, buf, n, RecvOp::Copy});
+      recvs.push_back({0, 0, buf, n, RecvOp::Put});
     group_.step(rank, sends, recvs);  // every replica holds the sum; nobody reads buf any more
   }
 

@@ -2,20 +2,28 @@
 // all-reduce algorithms (naive.cpp, ring.cpp, direct.cpp, rhd.cpp) and the trainer's cross-rank
 // work are written once over it; two transports implement it:
 //   threads (transport_threads.cpp): the ranks are threads of this process; a receive reads the
-//     peer's published buffer directly (Device::comm_copy / comm_reduce on the peer pointer), and
-//     a step ends with the device-ordered barrier. Sends are no-ops.
+//     peer's published buffer directly (Device::comm_copy / comm_reduce on the peer pointer), a
+//     put is written by the sender into the receiver's published buffer, and a step ends with
+//     the device-ordered barrier (unless it is unfenced).
 //   mpi (mpi_transport.cpp): one rank per process; MPI_Irecv into staging buffers and MPI_Isend,
 //     MPI_Waitall, then the receives are applied with the device's comm_copy / comm_reduce (so
-//     the CUDA backend's host staging hooks in at one place).
+//     the CUDA backend's host staging hooks in at one place). Puts are plain receives there.
 //
 // A call of a collective: every rank publishes its buffer (begin), then runs steps. A step is
 // this rank's sends {to, offset, length} (from its published buffer) and receives {from, offset
-// in the sender's published buffer, destination, length, copy or reduce}; step() returns when
-// the receives are applied and the peers may overwrite what they sent. Within one step, the
+// in the sender's published buffer, destination, length, copy, reduce or put}; step() returns
+// when the receives are applied and the peers may overwrite what they sent. Within one step, the
 // sends from a to b and the receives at b from a are matched in the order they are listed.
 // What a step sends must be final when the previous step (or begin) returns: the threads
 // transport's receivers read it as soon as they enter the step. So a rank may not change data
 // it sends in step s between steps s-1 and s (do the work as receives of step s-1 instead).
+// A put is the exception: the sender moves it, so it may send what it computed just before.
+//
+// Unfenced steps (fence = false) save the threads transport a barrier: a rank leaves the step
+// when its own moves are done. Legal only when nothing of the next step races this one: no rank
+// writes in the next step what a peer reads in this one, or reads what a peer writes in this
+// one, except the sender of a put writing into the receiver's published buffer. (naive.cpp:
+// rank 0 sums the peers' buffers, then puts the sum into them: two barriers per call.)
 #pragma once
 #include <cstddef>
 #include <span>
@@ -26,13 +34,17 @@
 namespace dpb {
 
 struct SendOp {
+  static constexpr size_t kPull = size_t(-1);
   int to;
   size_t off;  // floats into this rank's published buffer
   size_t len;  // floats
+  // A put: the data lands at put_off floats into the receiver's published buffer, and the
+  // receiver lists it as a Put receive with dst = that place. kPull: the receiver takes it.
+  size_t put_off = kPull;
 };
 
 struct RecvOp {
-  enum Kind { Copy, Reduce };  // dst = src | dst += src
+  enum Kind { Copy, Reduce, Put };  // dst = src | dst += src | dst = src, written by the sender
   int from;
   size_t src_off;  // floats into the sender's published buffer
   float* dst;      // this rank's memory (on its device)
@@ -53,7 +65,8 @@ class Transport {
   // Publishes buf (n floats are sent from it later) and, for the threads transport, waits for
   // every rank to have published.
   virtual void begin(int rank, float* buf) = 0;
-  virtual void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs) = 0;
+  virtual void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+                    bool fence) = 0;  // CommGroup::step defaults fence to true
   // Device-ordered barrier: comm work issued by every rank before it is ordered before comm work
   // issued after it on any rank. Throws once the group is aborted.
   virtual void barrier(int rank) = 0;

@@ -1,9 +1,10 @@
 // transport_threads.cpp: the threads transport (see transport.h): k ranks that are threads of
 // this process. begin() publishes a rank's buffer in a pointer table and waits at the barrier;
 // a receive reads the sender's published buffer directly with the receiver's comm_copy /
-// comm_reduce; a step ends with the device-ordered barrier (CPU: one host barrier; other
-// devices: comm_record, host barrier, comm_wait_peer on every peer, host barrier). Tested by
-// tests/test_allreduce.cpp (every algorithm runs over it).
+// comm_reduce, a put is the sender's comm_copy into the receiver's published buffer; a fenced
+// step ends with the device-ordered barrier (CPU: one host barrier; other devices: comm_record,
+// host barrier, comm_wait_peer on every peer, host barrier). Tested by tests/test_allreduce.cpp
+// (every algorithm runs over it).
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -45,15 +46,21 @@ class ThreadTransport final : public Transport {
     barrier(rank);
   }
 
-  void step(int rank, std::span<const SendOp>, std::span<const RecvOp> recvs) override {
+  void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+            bool fence) override {
     Device& dev = *devs_[rank];
     for (const RecvOp& r : recvs) {
       if (r.len == 0) continue;
+      if (r.op == RecvOp::Put) continue;  // the sender writes it
       const float* src = ptrs_[r.from] + r.src_off;
       if (r.op == RecvOp::Reduce) dev.comm_reduce(r.dst, src, r.len);
       else dev.comm_copy(r.dst, src, r.len);
     }
-    barrier(rank);  // the receives are done: senders may overwrite what they sent
+    for (const SendOp& s : sends)
+      if (s.put_off != SendOp::kPull && s.len > 0)
+        dev.comm_copy(ptrs_[s.to] + s.put_off, ptrs_[rank] + s.off, s.len);
+    // The receives and puts are done: senders may overwrite what they sent, receivers read puts.
+    if (fence) barrier(rank);
   }
 
   void barrier(int rank) override {

@@ -112,7 +112,9 @@ class MpiTransport final : public Transport {
     buf_ = buf;
   }
 
-  void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs) override {
+  // fence is the threads transport's: a matched send and receive already orders the two ranks.
+  void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+            bool /*fence*/) override {
     check(rank);
     const LinkFabric::Clock::time_point done = pace(sends, recvs);
     size_t rtotal = 0, stotal = 0;
@@ -197,15 +199,22 @@ class MpiTransport final : public Transport {
   static constexpr int kTag = 15;
 
   // Emulated link: books this step's transfers (sends on our send link, receives on our receive
-  // link) and returns when the last would complete; now when there is no link.
+  // link) and returns when the last would complete; now when there is no link. The moves the
+  // threads transport makes on this rank's thread (receives that are not puts, and puts) are
+  // chained, one after another; the peer's moves are booked as they come.
   LinkFabric::Clock::time_point pace(std::span<const SendOp> sends, std::span<const RecvOp> recvs) {
     auto done = LinkFabric::Clock::now();
     if (!fab_) return done;
-    auto book = [&](int src, int dst, size_t len) {
-      if (len > 0) done = std::max(done, fab_->reserve(src, dst, double(len) * sizeof(float), rank_));
+    LinkFabric::Clock::time_point chain{};
+    auto book = [&](int src, int dst, size_t len, bool ours) {
+      if (len == 0) return;
+      const auto t = fab_->reserve(src, dst, double(len) * sizeof(float), rank_,
+                                   ours ? chain : LinkFabric::Clock::time_point{});
+      if (ours) chain = t;
+      done = std::max(done, t);
     };
-    for (const SendOp& s : sends) book(rank_, s.to, s.len);
-    for (const RecvOp& r : recvs) book(r.from, rank_, r.len);
+    for (const RecvOp& r : recvs) book(r.from, rank_, r.len, r.op != RecvOp::Put);
+    for (const SendOp& s : sends) book(rank_, s.to, s.len, s.put_off != SendOp::kPull);
     return done;
   }
 
