@@ -60,7 +60,10 @@ Benchmarks (names are filterable with --benchmark_filter=REGEX):
                                                       the time is the slowest rank's; counters
                                                       also rank_min_us, rank_avg_us, rank_max_us
                                                       (each rank's mean, over the ranks); only
-                                                      rank 0 prints and writes the JSON
+                                                      rank 0 prints and writes the JSON;
+                                                      --benchmark_enable_random_interleaving is
+                                                      refused (each process would shuffle in its
+                                                      own order): run mpirun several times
   Times are manual (suffix /manual_time): the slowest rank's time per iteration.
 
 dpbench flags (--name=value):
@@ -100,6 +103,11 @@ Environment:
 
 )", algs.c_str(), models.c_str());
   benchmark::PrintDefaultHelp();
+}
+
+// A Google Benchmark boolean flag's value that means false ("--flag" alone is true).
+bool flag_false(const std::string& v) {
+  return v == "false" || v == "0" || v == "f" || v == "no" || v == "n";
 }
 
 [[noreturn]] void die(const std::string& msg) {
@@ -271,6 +279,14 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a.rfind("--benchmark_min_time", 0) == 0) min_time = true;
     if (a.rfind("--benchmark_list_tests", 0) == 0 && a != "--benchmark_list_tests=false") listing = true;
+    // Each process would shuffle with its own seed (Google Benchmark takes it from
+    // std::random_device): the ranks would enter different collectives and hang.
+    const size_t eq = a.find('=');
+    if (mpi && a.substr(0, eq) == "--benchmark_enable_random_interleaving" &&
+        (eq == std::string::npos || !flag_false(a.substr(eq + 1))))
+      die("--benchmark_enable_random_interleaving: not under mpirun/srun (each process would "
+          "shuffle the benchmarks in its own order and the collectives would not match); "
+          "interleave by running mpirun several times");
     if (a.rfind("--benchmark_out=", 0) == 0) {
       out_path = a.substr(16);
       continue;

@@ -35,5 +35,16 @@ print(f"ok: np={np}: {len(runs)} benchmarks over {sorted(algs)}, wrong = 0 every
 PY
   ls "$tmp" | grep -q '\.tmp\.' && { echo "FAIL: np=$np left a temporary file"; fails=$((fails + 1)); }
 done
+# Random interleaving would shuffle each process differently (a hang): refused on every rank.
+out=$(cd "$tmp" && timeout 60 mpirun --oversubscribe --bind-to none -np 2 "$MICRO" \
+        --benchmark_filter='allreduce/cpu/ring/procs:2/bytes:8/' --benchmark_enable_random_interleaving \
+        --benchmark_out="$tmp/interleaved.json" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "random_interleaving: not under mpirun" <<<"$out"; then
+  echo "FAIL: --benchmark_enable_random_interleaving under mpirun: rc=$rc"; echo "$out" | tail -5
+  fails=$((fails + 1))
+else
+  echo "ok: --benchmark_enable_random_interleaving under mpirun refused (rc $rc)"
+fi
 [ "$(ls "$tmp"/*.json | wc -l)" = 2 ] || { echo "FAIL: expected exactly 2 JSON files"; ls "$tmp"; fails=$((fails + 1)); }
 exit $((fails > 0))
