@@ -114,7 +114,7 @@ void attach_link(std::vector<std::unique_ptr<Device>>& devs, const LinkSpec& spe
 
 // ---- alpha-beta cost models, one per algorithm (each algorithm's registry entry points to its
 // own; collectives/registry.cpp). Seconds for one all-reduce of `bytes` per rank over k ranks.
-double naive_link_cost(double bytes, int k, const LinkSpec& link);   // k L + 2(k-1) n/G
+double naive_link_cost(double bytes, int k, const LinkSpec& link);   // 2(k-1) (L + n/G)
 double ring_link_cost(double bytes, int k, const LinkSpec& link);    // 2(k-1) (L + n/(kG))
 double direct_link_cost(double bytes, int k, const LinkSpec& link);  // 2(k-1) (L + n/(kG))
 double rhd_link_cost(double bytes, int k, const LinkSpec& link);     // 2 log2(k) L + 2(k-1)/k n/G
