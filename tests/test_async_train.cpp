@@ -11,6 +11,7 @@
 #include "kernels/async/async_device.h"
 #include "src/data/dataset.h"
 #include "src/train/trainer.h"
+#include "tests/train_test_util.h"
 
 using namespace dpb;
 
@@ -26,23 +27,10 @@ const Dataset& data() {
   return d;
 }
 
+// 4 steps over the 190 examples of data(), the last one partial.
 TrainConfig config(const std::string& backend, const std::string& model, int k,
                    const std::string& ar, SyncMode mode, bool overlap) {
-  TrainConfig c;
-  c.model = model;
-  c.backend = backend;
-  c.devices = k;
-  c.batch = 50;  // 4 steps over 190 examples, the last one partial; 50 is not divisible by 3, 4
-  c.lr = 0.2;
-  c.epochs = 1;
-  c.allreduce = ar;
-  c.sync.mode = mode;
-  c.sync.overlap = overlap;
-  c.sync.bucket_mb = 0.05;  // several buckets even for LeNet
-  c.seed = 7;
-  c.threads = 1;
-  c.progress = false;
-  return c;
+  return dpb_test::small_train_config(backend, k, ar, mode, overlap, model);
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {

@@ -16,6 +16,7 @@
 #include "src/data/dataset.h"
 #include "src/model/model.h"
 #include "src/train/trainer.h"
+#include "tests/train_test_util.h"
 #include "src/core/forwarding_device.h"
 
 using namespace dpb;
@@ -38,22 +39,9 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(num / den);
 }
 
+// 12 steps over the 600 examples of data().
 TrainConfig small(int k, const std::string& ar, SyncMode mode, bool overlap) {
-  TrainConfig c;
-  c.model = "lenet";
-  c.backend = "cpu";
-  c.devices = k;
-  c.batch = 50;  // 12 steps over 600 examples; 50 is not divisible by 3, 4 or 8
-  c.lr = 0.2;
-  c.epochs = 1;
-  c.allreduce = ar;
-  c.sync.mode = mode;
-  c.sync.overlap = overlap;
-  c.sync.bucket_mb = 0.05;  // several buckets even for LeNet
-  c.seed = 7;
-  c.threads = 1;
-  c.progress = false;
-  return c;
+  return dpb_test::small_train_config("cpu", k, ar, mode, overlap);
 }
 
 }  // namespace
