@@ -50,8 +50,7 @@ class ThreadTransport final : public Transport {
             bool fence) override {
     Device& dev = *devs_[rank];
     for (const RecvOp& r : recvs) {
-      if (r.len == 0) continue;
-      if (r.op == RecvOp::Put) continue;  // the sender writes it
+      if (r.len == 0 || r.op == RecvOp::Put) continue;  // a put: the sender writes it
       const float* src = ptrs_[r.from] + r.src_off;
       if (r.op == RecvOp::Reduce) dev.comm_reduce(r.dst, src, r.len);
       else dev.comm_copy(r.dst, src, r.len);

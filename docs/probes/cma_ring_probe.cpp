@@ -2,10 +2,10 @@
 // Probe: 2-process ring all-reduce by CMA pulls (process_vm_readv into a cache-sized bounce
 // buffer, summed into place) vs MPI_Allreduce, same program, alternating blocks, medians.
 #include <mpi.h>
+#include "alternate.h"
 #include <sys/uio.h>
 #include <unistd.h>
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -39,23 +39,7 @@ int main(int argc, char** argv) {
   auto mpi = [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); };
   fill(); cma(); long bad = 0;
   for (size_t i = 0; i < n; ++i) bad += buf[i] != float(3 * int(i % 5 + 1));
-  std::vector<double> tc, tm;
-  for (int block = 0; block < 20; ++block)
-    for (int which = 0; which < 2; ++which) {
-      std::vector<double> t;
-      for (int it = 0; it < 30; ++it) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        auto t0 = std::chrono::steady_clock::now();
-        (which ^ (block & 1)) ? mpi() : cma();
-        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), mx;
-        MPI_Allreduce(&s, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        t.push_back(mx);
-      }
-      std::sort(t.begin(), t.end());
-      ((which ^ (block & 1)) ? tm : tc).push_back(t[t.size() / 2]);
-    }
-  std::sort(tc.begin(), tc.end()); std::sort(tm.begin(), tm.end());
-  if (rank == 0) printf("n=%zu piece=%zu wrong=%ld  cma ring median %.1f us [%.1f, %.1f]  MPI_Allreduce median %.1f us [%.1f, %.1f]  ratio %.3f\n", n, piece, bad,
-                        tc[10] * 1e6, tc[0] * 1e6, tc.back() * 1e6, tm[10] * 1e6, tm[0] * 1e6, tm.back() * 1e6, tc[10] / tm[10]);
+  if (rank == 0) printf("n=%zu piece=%zu wrong=%ld  ", n, piece, bad);
+  alternate_and_report("cma ring", cma, mpi);
   MPI_Finalize();
 }

@@ -2,8 +2,8 @@
 // Probe: 2-process ring all-reduce over MPI-3 shared memory (each rank's buffer in a window both
 // map; the ring reads the peer's half directly, as the threads transport does) vs MPI_Allreduce.
 #include <mpi.h>
+#include "alternate.h"
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,24 +32,8 @@ int main(int argc, char** argv) {
   auto mpi = [&] { MPI_Allreduce(MPI_IN_PLACE, plain.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); };
   fill(); shm(); long bad = 0;
   for (size_t i = 0; i < n; ++i) bad += buf[i] != float(3 * int(i % 5 + 1));
-  std::vector<double> tc, tm;
-  for (int block = 0; block < 20; ++block)
-    for (int which = 0; which < 2; ++which) {
-      std::vector<double> t;
-      for (int it = 0; it < 30; ++it) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        auto t0 = std::chrono::steady_clock::now();
-        (which ^ (block & 1)) ? mpi() : shm();
-        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), mx;
-        MPI_Allreduce(&s, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        t.push_back(mx);
-      }
-      std::sort(t.begin(), t.end());
-      ((which ^ (block & 1)) ? tm : tc).push_back(t[t.size() / 2]);
-    }
-  std::sort(tc.begin(), tc.end()); std::sort(tm.begin(), tm.end());
-  if (rank == 0) printf("n=%zu wrong=%ld  shm ring median %.1f us [%.1f, %.1f]  MPI_Allreduce median %.1f us [%.1f, %.1f]  ratio %.3f\n", n, bad,
-                        tc[10] * 1e6, tc[0] * 1e6, tc.back() * 1e6, tm[10] * 1e6, tm[0] * 1e6, tm.back() * 1e6, tc[10] / tm[10]);
+  if (rank == 0) printf("n=%zu wrong=%ld  ", n, bad);
+  alternate_and_report("shm ring", shm, mpi);
   MPI_Win_unlock_all(win); MPI_Win_free(&win);
   MPI_Finalize();
 }
