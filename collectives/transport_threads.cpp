@@ -7,7 +7,9 @@
 // (every algorithm runs over it).
 #include <atomic>
 #include <cstring>
+#include <exception>
 #include <mutex>
+#include <thread>
 
 #include "collectives/allreduce.h"
 #include "src/core/check.h"
@@ -49,6 +51,8 @@ class ThreadTransport final : public Transport {
   void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
             bool fence) override {
     Device& dev = *devs_[rank];
+    InStep guard(*this, dev);  // a failed peer frees its buffers only after we stop touching them
+    if (aborted_.load()) throw_aborted(rank);
     for (const RecvOp& r : recvs) {
       if (r.len == 0 || r.op == RecvOp::Put) continue;  // a put: the sender writes it
       const float* src = ptrs_[r.from] + r.src_off;
@@ -99,6 +103,9 @@ class ThreadTransport final : public Transport {
     aborted_.store(true);
     host_barrier_.abort();
     for (Device* d : devs_) d->cancel_waits("rank " + std::to_string(rank) + ": " + why);
+    // Peers still inside a step read or write the published buffers, which the failed rank frees
+    // as its exception unwinds: wait until they have left (each sees the abort at its barrier).
+    while (in_step_.load() > 0) std::this_thread::yield();
   }
   bool aborted() const override { return aborted_.load(); }
 
@@ -107,6 +114,32 @@ class ThreadTransport final : public Transport {
     if (k_ > 1 && !host_barrier_.arrive_and_wait()) throw_aborted(rank);
     if (k_ == 1 && aborted_.load()) throw_aborted(rank);
   }
+
+  // Counts the ranks inside step(). Leaving by an exception on a device with streams, the rank
+  // first waits for its comm stream, whose queued copies may still read a peer's buffer.
+  class InStep {
+   public:
+    InStep(ThreadTransport& t, Device& dev)
+        : t_(t), dev_(dev), exceptions_(std::uncaught_exceptions()) {
+      t_.in_step_.fetch_add(1);
+    }
+    ~InStep() {
+      if (t_.ordered_ && std::uncaught_exceptions() > exceptions_) {
+        try {
+          dev_.comm_synchronize();
+        } catch (...) {  // the step is failing already; its first error is the one reported
+        }
+      }
+      t_.in_step_.fetch_sub(1);
+    }
+    InStep(const InStep&) = delete;
+    InStep& operator=(const InStep&) = delete;
+
+   private:
+    ThreadTransport& t_;
+    Device& dev_;
+    int exceptions_;
+  };
 
   [[noreturn]] void throw_aborted(int rank) {
     std::string why;
@@ -124,6 +157,7 @@ class ThreadTransport final : public Transport {
   bool ordered_ = false;
   HostBarrier host_barrier_;
   std::atomic<bool> aborted_{false};
+  std::atomic<int> in_step_{0};  // ranks inside step() (see InStep)
   std::mutex why_mu_;
   std::string why_;
 };
