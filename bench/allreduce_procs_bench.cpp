@@ -80,7 +80,10 @@ std::shared_ptr<ProcRig> make_proc_rig(const BenchConfig& cfg, Backend b, const 
   g->dev = make_device(backend_name(b), g->rank, DeviceOptions{1, false, cfg.local_rank});
   g->group = std::make_unique<CommGroup>(make_mpi_transport(*g->dev, g->rank, g->k, cfg.link));
   g->ar = make_allreduce(alg, *g->group, AllReduceOptions{cfg.tune_file});
-  g->buf = Buffer(*g->dev, g->n, "all-reduce buffer");
+  // Our schedules run on the group's memory (shared by the node's processes: the direct path);
+  // MPI_Allreduce on ordinary memory, as a user's gradients are.
+  g->buf = alg == "mpi" ? Buffer(*g->dev, g->n, "all-reduce buffer")
+                        : g->group->alloc(g->rank, g->n, "all-reduce buffer");
   g->dev->fill(g->buf.get(), 0.0f, g->n);
   g->dev->synchronize();
   g->timer = make_rank_timer(*g->dev, TimedStream::Comm);

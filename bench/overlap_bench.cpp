@@ -117,7 +117,8 @@ std::shared_ptr<OvRig> make_ov_rig(BenchEnv& env, Backend b, const std::string& 
     Device& dev = (*g->ranks)[r];
     const int lo = int(chunk_begin(gb, k, r));
     g->n.push_back(int(chunk_size(gb, k, r)));
-    g->reps.push_back(make_replica(dev, model, g->n[r], cfg, *g->ranks->allreduce));
+    g->reps.push_back(make_replica(dev, *g->ranks->group, model, g->n[r], cfg,
+                                  *g->ranks->allreduce));
     if (r == 0) dev.upload(g->reps[0].w.get(), init.data(), init.size());
     load_batch(g->reps[r], data.images.data() + size_t(lo) * kPixels, data.labels.data() + lo,
                g->n[r]);

@@ -77,6 +77,8 @@ class CommGroup {
   void set_barrier_spin_ns(long ns) { t_->set_barrier_spin_ns(ns); }
   // The steps of a collective (see transport.h): publish this rank's buffer, then steps.
   void begin(int rank, float* buf) { t_->begin(rank, buf); }
+  // n floats for a buffer collectives will run on (see Transport::alloc): the gradients.
+  Buffer alloc(int rank, size_t n, const char* what) { return t_->alloc(rank, n, what); }
   void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
             bool fence = true) {
     t_->step(rank, sends, recvs, fence);

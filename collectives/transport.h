@@ -5,9 +5,11 @@
 //     peer's published buffer directly (Device::comm_copy / comm_reduce on the peer pointer), a
 //     put is written by the sender into the receiver's published buffer, and a step ends with
 //     the device-ordered barrier (unless it is unfenced).
-//   mpi (mpi_transport.cpp): one rank per process; MPI_Irecv into staging buffers and MPI_Isend,
-//     MPI_Waitall, then the receives are applied with the device's comm_copy / comm_reduce (so
-//     the CUDA backend's host staging hooks in at one place). Puts are plain receives there.
+//   mpi (mpi_transport.cpp): one rank per process. Between processes of one node whose buffers
+//     come from alloc(), the threads transport's moves on memory every process maps (shm.h);
+//     otherwise MPI_Irecv into staging buffers and MPI_Isend, MPI_Waitall, then the receives are
+//     applied with the device's comm_copy / comm_reduce (so the CUDA backend's host staging hooks
+//     in at one place). Puts are plain receives there.
 //
 // A call of a collective: every rank publishes its buffer (begin), then runs steps. A step is
 // this rank's sends {to, offset, length} (from its published buffer) and receives {from, offset
@@ -62,6 +64,12 @@ class Transport {
   virtual Device& device(int rank) const = 0;  // local ranks only (throws otherwise)
   virtual BackendKind kind() const = 0;      // the backend of every rank's device
 
+  // Memory for a buffer that collectives will run on (begin): n zero-filled floats for rank's
+  // device, freed by the Buffer. The MPI transport gives the ranks of one node memory they all
+  // map, so that its steps move data in place (mpi.h); any other buffer works too, over messages.
+  virtual Buffer alloc(int rank, size_t n, const char* what) {
+    return Buffer(device(rank), n, what);
+  }
   // Publishes buf (n floats are sent from it later) and, for the threads transport, waits for
   // every rank to have published.
   virtual void begin(int rank, float* buf) = 0;
@@ -83,5 +91,11 @@ class Transport {
   virtual long barrier_spin_ns() const { return 0; }
   virtual void set_barrier_spin_ns(long ns) { (void)ns; }
 };
+
+// A step's moves when every rank's published buffer is addressable here (bufs[r]): the receives
+// read the senders' buffers with dev's comm_copy / comm_reduce, the puts write into the
+// receivers'. The threads transport, and the MPI transport between processes of one node.
+void direct_moves(Device& dev, std::span<float* const> bufs, int rank,
+                  std::span<const SendOp> sends, std::span<const RecvOp> recvs);
 
 }  // namespace dpb

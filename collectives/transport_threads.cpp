@@ -53,15 +53,7 @@ class ThreadTransport final : public Transport {
     Device& dev = *devs_[rank];
     InStep guard(*this, dev);  // a failed peer frees its buffers only after we stop touching them
     if (aborted_.load()) throw_aborted(rank);
-    for (const RecvOp& r : recvs) {
-      if (r.len == 0 || r.op == RecvOp::Put) continue;  // a put: the sender writes it
-      const float* src = ptrs_[r.from] + r.src_off;
-      if (r.op == RecvOp::Reduce) dev.comm_reduce(r.dst, src, r.len);
-      else dev.comm_copy(r.dst, src, r.len);
-    }
-    for (const SendOp& s : sends)
-      if (s.put_off != SendOp::kPull && s.len > 0)
-        dev.comm_copy(ptrs_[s.to] + s.put_off, ptrs_[rank] + s.off, s.len);
+    direct_moves(dev, ptrs_, rank, sends, recvs);
     // The receives and puts are done: senders may overwrite what they sent, receivers read puts.
     if (fence) barrier(rank);
   }
@@ -163,6 +155,19 @@ class ThreadTransport final : public Transport {
 };
 
 }  // namespace
+
+void direct_moves(Device& dev, std::span<float* const> bufs, int rank,
+                  std::span<const SendOp> sends, std::span<const RecvOp> recvs) {
+  for (const RecvOp& r : recvs) {
+    if (r.len == 0 || r.op == RecvOp::Put) continue;  // a put: the sender writes it
+    const float* src = bufs[r.from] + r.src_off;
+    if (r.op == RecvOp::Reduce) dev.comm_reduce(r.dst, src, r.len);
+    else dev.comm_copy(r.dst, src, r.len);
+  }
+  for (const SendOp& s : sends)
+    if (s.put_off != SendOp::kPull && s.len > 0)
+      dev.comm_copy(bufs[s.to] + s.put_off, bufs[rank] + s.off, s.len);
+}
 
 std::unique_ptr<Transport> make_thread_transport(int k, std::vector<Device*> devices) {
   return std::make_unique<ThreadTransport>(k, std::move(devices));

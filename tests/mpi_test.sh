@@ -3,7 +3,8 @@
 # processes ends with the parameters of the 1-device run within 1e-5, over a covering set of
 # {naive, ring, direct, rhd, mpi} x {per-param, fused, bucketed} x {overlap on, off}; only rank 0
 # writes the CSV (launcher=mpi, processes=K) and --dump-params; --devices must equal the process
-# count; --allreduce mpi is refused without mpirun; the emulated link paces the MPI transport. Exit 77 (ctest: skipped) without mpirun, an
+# count; --allreduce mpi is refused without mpirun; the emulated link paces the MPI transport; both
+# of its paths (shared memory, DPB_SHM=1; messages, DPB_SHM=0) are exercised. Exit 77 (ctest: skipped) without mpirun, an
 # MPI build or the dataset. About 30 s on 2 cores (--oversubscribe).
 set -u
 BIN="$1/dpbench"
@@ -31,28 +32,45 @@ PY
 }
 
 "$BIN" "${TINY[@]}" --devices 1 --dump-params "$tmp/ref.bin" || { fail "1-device reference run"; exit 1; }
-# np allreduce grad-sync overlap [backend]. The async backend (CPU kernels run later on stream
-# threads, with random delays) takes the MPI transport's host-staging path (download, MPI,
-# upload, then the sum on the device): the path CUDA devices take, checked without a GPU.
+# np allreduce grad-sync overlap [backend [shm]]. CPU ranks of one node move data through shared
+# memory (DPB_SHM=1: required for every collective, or an error) unless shm is 0 (MPI messages).
+# The async backend (CPU kernels run later on stream threads, with random delays) takes the MPI
+# transport's host-staging path (download, MPI, upload, then the sum on the device): the path
+# CUDA devices take, checked without a GPU.
 combos=(
   "2 ring fused off"    "2 naive per-param on"  "2 mpi bucketed on"   "2 rhd per-param off"
   "3 ring bucketed on"  "3 naive fused off"     "3 mpi per-param off" "3 direct bucketed off"
   "3 ring per-param on" "2 mpi fused off"
+  "2 ring fused off cpu 0" "3 naive bucketed on cpu 0" "3 direct per-param off cpu 0"
   "2 ring bucketed on async" "3 naive per-param off async" "2 mpi fused on async"
 )
 for c in "${combos[@]}"; do
-  read -r np alg mode ov backend <<<"$c"
+  read -r np alg mode ov backend shm <<<"$c"
   backend=${backend:-cpu}
+  shm=${shm:-$([ "$backend" = cpu ] && echo 1)}
   rm -f "$tmp/p.bin"
-  if ! out=$("${MPIRUN[@]}" -np "$np" "$BIN" "${TINY[@]}" --allreduce "$alg" --grad-sync "$mode" \
-             --overlap "$ov" --bucket-mb 0.1 --backend "$backend" --dump-params "$tmp/p.bin" 2>&1); then
-    fail "np=$np $alg $mode overlap $ov: exit non-zero"; echo "$out" | tail -5; continue
+  if ! out=$(DPB_SHM=$shm "${MPIRUN[@]}" -x DPB_SHM -np "$np" "$BIN" "${TINY[@]}" --allreduce "$alg" \
+             --grad-sync "$mode" --overlap "$ov" --bucket-mb 0.1 --backend "$backend" \
+             --dump-params "$tmp/p.bin" 2>&1); then
+    fail "np=$np $alg $mode overlap $ov $backend shm=$shm: exit non-zero"; echo "$out" | tail -5; continue
   fi
   d=$(maxdiff "$tmp/ref.bin" "$tmp/p.bin")
   if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-5 else 1)" "$d" 2>/dev/null; then
-    echo "ok: np=$np $alg $mode overlap $ov $backend: max |diff| vs 1 device = $d"
+    echo "ok: np=$np $alg $mode overlap $ov $backend shm=$shm: max |diff| vs 1 device = $d"
   else
-    fail "np=$np $alg $mode overlap $ov $backend: max |diff| vs 1 device = $d (want <= 1e-5)"
+    fail "np=$np $alg $mode overlap $ov $backend shm=$shm: max |diff| vs 1 device = $d (want <= 1e-5)"
+  fi
+done
+# DPB_SHM=1 where shared memory cannot serve (the async device's memory is not the host's) is an
+# error naming the variable; a value other than 0 or 1 too.
+for bad in "1 async" "yes cpu"; do
+  read -r shm backend <<<"$bad"
+  out=$(DPB_SHM=$shm timeout 120 "${MPIRUN[@]}" -x DPB_SHM -np 2 "$BIN" "${TINY[@]}" --backend "$backend" 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "DPB_SHM" <<<"$out"; then
+    echo "ok: DPB_SHM=$shm with --backend $backend refused (rc=$rc)"
+  else
+    fail "DPB_SHM=$shm with --backend $backend: rc=$rc"; echo "$out" | tail -5
   fi
 done
 

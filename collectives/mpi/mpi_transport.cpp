@@ -2,13 +2,19 @@
 // CMake finds MPI (else mpi_absent.cpp). Tested by tests/mpi_test.sh (mpirun -np 2 and 3).
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
 #include <vector>
 
 #include "collectives/allreduce.h"
 #include "collectives/mpi/mpi.h"
+#include "collectives/shm.h"
 #include "src/core/check.h"
 
 namespace dpb {
@@ -93,6 +99,8 @@ class MpiTransport final : public Transport {
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "a communicator for the group");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     host_ = dev.kind() == BackendKind::Cpu;  // CPU: device memory is host memory, ops synchronous
+    spin_ns_ = default_barrier_spin_ns(size);
+    setup_shm();
   }
   ~MpiTransport() override { MPI_Comm_free(&comm_); }
 
@@ -107,16 +115,48 @@ class MpiTransport final : public Transport {
   }
   BackendKind kind() const override { return dev_.kind(); }
 
+  long barrier_spin_ns() const override { return spin_ns_; }
+  void set_barrier_spin_ns(long ns) override { spin_ns_ = ns; }
+
+  Buffer alloc(int rank, size_t n, const char* what) override {
+    check(rank);
+    if (!arena_) return Buffer(dev_, n, what);
+    return Buffer(*arena_, arena_->alloc(n, what), n);
+  }
+
+  // Shared memory: every rank publishes where buf lies in its arena (-1: not in it); after a
+  // barrier all ranks see the same offsets, so all agree whether this call moves data in place.
+  // Two slots, by the parity of the call: a rank can be one call ahead, not two (this barrier).
   void begin(int rank, float* buf) override {
     check(rank);
     buf_ = buf;
+    direct_ = false;
+    if (!arena_) return;
+    const int slot = int(begins_++ & 1);
+    header(rank_)->published[slot].store(arena_->offset_of(buf));
+    shm_barrier();
+    for (int p = 0; p < size_; ++p) {
+      const int64_t off = header(p)->published[slot].load();
+      DPB_CHECK(off >= 0 || !required_, "DPB_SHM=1 but rank " << p << "'s buffer of this "
+                                        "collective is not from CommGroup::alloc (shared memory)");
+      if (off < 0) return;
+      ptrs_[p] = reinterpret_cast<float*>(bases_[p] + off);
+    }
+    direct_ = true;
   }
 
-  // fence is the threads transport's: a matched send and receive already orders the two ranks.
+  // fence: the direct path's, as the threads transport's; over messages a matched send and
+  // receive already orders the two ranks.
   void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
-            bool /*fence*/) override {
+            bool fence) override {
     check(rank);
     const LinkFabric::Clock::time_point done = pace(sends, recvs);
+    if (direct_) {
+      direct_moves(dev_, ptrs_, rank_, sends, recvs);
+      if (fab_) link_sleep_until(done);
+      if (fence) shm_barrier();
+      return;
+    }
     size_t rtotal = 0, stotal = 0;
     for (const RecvOp& r : recvs) rtotal += staged(r) ? r.len : 0;
     for (const SendOp& s : sends) stotal += s.len;
@@ -158,6 +198,7 @@ class MpiTransport final : public Transport {
 
   void barrier(int rank) override {
     check(rank);
+    if (arena_) return shm_barrier();  // CPU only: nothing queued to order
     if (!host_) dev_.comm_synchronize();
     MPI_CHECK(MPI_Barrier(comm_), "rank " << rank_ << ", barrier");
   }
@@ -191,12 +232,101 @@ class MpiTransport final : public Transport {
 
   [[noreturn]] void abort(int rank, const std::string& why) override {
     aborted_ = true;
+    if (arena_) header(0)->barrier.abort();
     mpi_abort_job(rank, why);
   }
   bool aborted() const override { return aborted_; }
 
  private:
   static constexpr int kTag = 15;
+
+  // At the start of every rank's arena: what it publishes; rank 0's also holds the barrier.
+  struct Header {
+    ShmBarrier barrier;
+    std::atomic<int64_t> published[2];
+  };
+  static_assert(sizeof(Header) <= ShmArena::kHeader);
+  Header* header(int r) const { return reinterpret_cast<Header*>(bases_[r]); }
+
+  void shm_barrier() { header(0)->barrier.arrive_and_wait(size_, spin_ns_, pids_, rank_); }
+
+  // Collective: the direct path when every rank is a CPU process of this node; each makes a
+  // sparse arena and maps every peer's through /proc/<pid>/fd. Any rank that fails sends the
+  // whole group back to messages, with a note from the rank that failed. DPB_SHM=0: messages
+  // always; DPB_SHM=1: the direct path for every collective, or an error saying why not.
+  void setup_shm() {
+    const char* env = std::getenv("DPB_SHM");
+    if (env && !*env) env = nullptr;  // set but empty: the default
+    DPB_CHECK(!env || !std::strcmp(env, "0") || !std::strcmp(env, "1"),
+              "environment variable DPB_SHM='" << env << "' must be 0 (MPI messages between the "
+                                                 "processes of a node) or 1 (shared memory)");
+    const bool off = env && !std::strcmp(env, "0"), required = env && !std::strcmp(env, "1");
+    required_ = required;
+    MPI_Comm node;
+    MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+              "processes of this node");
+    int local = 0;
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+    DPB_CHECK(!required || (host_ && size_ >= 2 && local == size_),
+              "DPB_SHM=1 but the direct path needs every rank on this node's CPU backend ("
+                  << size_ << " ranks, " << local << " on this node, backend " << dev_.name()
+                  << ")");
+    if (off || !host_ || size_ < 2 || local != size_) return;
+    size_t mb = 65536;  // virtual: pages cost memory once written
+    if (const char* e = std::getenv("DPB_SHM_ARENA_MB")) {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(e, &end, 10);
+      DPB_CHECK(end != e && *end == '\0' && v >= 1 && v <= (1ull << 24),
+                "environment variable DPB_SHM_ARENA_MB='" << e << "' is not a size in MiB in "
+                                                             "[1, 16777216]");
+      mb = size_t(v);
+    }
+    struct Info {
+      int64_t pid, fd, bytes;
+    } mine{int64_t(getpid()), -1, 0};
+    std::string why;
+    try {
+      arena_ = std::make_unique<ShmArena>(mb << 20);
+      new (arena_->header()) Header();
+      mine.fd = arena_->fd();
+      mine.bytes = int64_t(arena_->bytes());
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    std::vector<Info> all(static_cast<size_t>(size_));
+    MPI_CHECK(MPI_Allgather(&mine, sizeof(Info), MPI_BYTE, all.data(), sizeof(Info), MPI_BYTE,
+                            comm_),
+              "rank " << rank_ << ", exchanging shared-memory handles");
+    bases_.assign(size_t(size_), nullptr);
+    for (int p = 0; p < size_ && why.empty(); ++p) {
+      pids_.push_back(pid_t(all[p].pid));
+      if (all[p].fd < 0) why = "rank " + std::to_string(p) + " has no shared arena";
+      else if (p == rank_) bases_[p] = arena_->base();
+      else try {
+        maps_.push_back(std::make_unique<ShmMapping>(pid_t(all[p].pid), int(all[p].fd),
+                                                     size_t(all[p].bytes)));
+        bases_[p] = maps_.back()->base();
+      } catch (const Error& e) {
+        why = e.what();
+      }
+    }
+    int ok = why.empty(), all_ok = 0;
+    MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm_),
+              "rank " << rank_ << ", agreeing on shared memory");
+    if (all_ok) {
+      ptrs_.assign(size_t(size_), nullptr);
+      return;
+    }
+    DPB_CHECK(!required, "DPB_SHM=1 but " << (why.empty() ? "another rank could not share "
+                                                             "memory" : why));
+    if (!why.empty())
+      std::fprintf(stderr, "dpbench: rank %d: note: no shared memory between the ranks of this "
+                   "node (%s): MPI messages instead\n", rank_, why.c_str());
+    maps_.clear();
+    arena_.reset();
+    pids_.clear();
+  }
 
   // Emulated link: books this step's transfers (sends on our send link, receives on our receive
   // link) and returns when the last would complete; now when there is no link. The moves the
@@ -259,6 +389,17 @@ class MpiTransport final : public Transport {
   Buffer dstage_;                       // device staging of received data (non-host devices)
   std::vector<MPI_Request> reqs_;
   std::unique_ptr<LinkFabric> fab_;  // emulated link, this process's view (null: none)
+  long spin_ns_ = 0;                 // process barrier polling (see HostBarrier)
+  // Direct path (setup_shm; arena_ null: off): this process's arena, the peers' mapped here,
+  // every rank's arena base and pid, and this call's published buffers.
+  std::unique_ptr<ShmArena> arena_;
+  std::vector<std::unique_ptr<ShmMapping>> maps_;
+  std::vector<char*> bases_;
+  std::vector<pid_t> pids_;
+  std::vector<float*> ptrs_;
+  uint64_t begins_ = 0;
+  bool direct_ = false;    // this call moves data in place
+  bool required_ = false;  // DPB_SHM=1: every call must
 };
 
 }  // namespace

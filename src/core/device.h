@@ -60,7 +60,16 @@ struct BnShape {  // batch norm over (n, c, hw): statistics per channel c
   size_t size() const { return size_t(n) * c * hw; }
 };
 
-class Device {
+// Whatever hands out device memory that a Buffer gives back when it dies (Device, ShmArena).
+class MemoryOwner {
+ public:
+  virtual void release(float* p) = 0;
+
+ protected:
+  ~MemoryOwner() = default;
+};
+
+class Device : public MemoryOwner {
  public:
   virtual ~Device() = default;
   virtual BackendKind kind() const = 0;
@@ -148,11 +157,13 @@ class Device {
   virtual std::unique_ptr<StreamTimer> make_timer(StreamKind s);
 };
 
-// Owns a device buffer; movable, not copyable.
+// Owns a device buffer; movable, not copyable. Allocated by a device, or adopted from another
+// owner of device memory (a transport's shared arena: CommGroup::alloc).
 class Buffer {
  public:
   Buffer() = default;
   Buffer(Device& dev, size_t n, const char* what) : dev_(&dev), p_(dev.alloc(n, what)), n_(n) {}
+  Buffer(MemoryOwner& owner, float* p, size_t n) : dev_(&owner), p_(p), n_(n) {}
   Buffer(Buffer&& o) noexcept : dev_(o.dev_), p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
   Buffer& operator=(Buffer&& o) noexcept {
     if (this != &o) { reset(); dev_ = o.dev_; p_ = o.p_; n_ = o.n_; o.p_ = nullptr; o.n_ = 0; }
@@ -166,7 +177,7 @@ class Buffer {
   size_t size() const { return n_; }
 
  private:
-  Device* dev_ = nullptr;
+  MemoryOwner* dev_ = nullptr;
   float* p_ = nullptr;
   size_t n_ = 0;
 };

@@ -33,14 +33,15 @@ void RankSet::abort(int rank, const std::string& why) {
   group->abort(rank, why);
 }
 
-Replica make_replica(Device& dev, const std::string& model, int max_batch,
+Replica make_replica(Device& dev, CommGroup& group, const std::string& model, int max_batch,
                      const GradSyncConfig& sync, AllReduce& ar) {
   Replica rep;
   rep.dev = &dev;
   rep.model = make_model(model, dev, max_batch);
   const size_t P = rep.model->num_floats(), mb = size_t(max_batch);
-  rep.w = Buffer(dev, P, "parameters");
-  rep.g = Buffer(dev, P, "gradients");
+  // Collectives run on these two (broadcast, gradient sync): the group places them.
+  rep.w = group.alloc(dev.rank(), P, "parameters");
+  rep.g = group.alloc(dev.rank(), P, "gradients");
   rep.x = Buffer(dev, mb * kPixels, "input images");
   rep.y = Buffer(dev, mb, "input labels");
   rep.dlogits = Buffer(dev, mb * kClasses, "logits gradient");

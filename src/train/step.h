@@ -4,7 +4,8 @@
 // llm.c's trainer, test and profiler call the same gpt2_forward / backward_and_reduce / update.
 //
 //   RankSet ranks(make_devices("cpu", k, threads), "ring");          // shared by the k ranks
-//   Replica rep = make_replica(ranks[r], "lenet", max_batch, sync, *ranks.allreduce);  // per rank
+//   Replica rep = make_replica(ranks[r], *ranks.group, "lenet", max_batch, sync,
+//                              *ranks.allreduce);                    // per rank
 //   broadcast_params(rep, *ranks.group);                               // rank 0's w everywhere
 //   train_step(rep, n, global_batch, lr);  // = step_forward, step_backward, step_sync_wait, step_update
 //
@@ -62,8 +63,9 @@ struct Replica {
   size_t num_params() const { return model->num_floats(); }
 };
 
-// The model for up to max_batch examples, its buffers and a GradSync over `ar` for rank dev.rank().
-Replica make_replica(Device& dev, const std::string& model, int max_batch,
+// The model for up to max_batch examples, its buffers (parameters and gradients from the group)
+// and a GradSync over `ar` for rank dev.rank().
+Replica make_replica(Device& dev, CommGroup& group, const std::string& model, int max_batch,
                      const GradSyncConfig& sync, AllReduce& ar);
 
 // Copies rank 0's parameters to every replica through the group's transport (every rank calls it).

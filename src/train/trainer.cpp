@@ -94,7 +94,7 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
   const int eval_batch = std::max(shard_max, 64);
   for (int i = 0; i < ranks_.size(); ++i) {
     const int r = ranks_[i].rank();
-    reps_.push_back(make_replica(ranks_[i], cfg.model, r == 0 ? eval_batch : shard_max, cfg.sync,
+    reps_.push_back(make_replica(ranks_[i], *ranks_.group, cfg.model, r == 0 ? eval_batch : shard_max, cfg.sync,
                                  *ranks_.allreduce));
     result_.device_names.push_back(ranks_[i].name());
   }
