@@ -8,7 +8,13 @@
 //     CommGroup group(make_mpi_transport(*dev, mpi.rank(), mpi.size()));
 //   }
 //
-// The MPI transport (transport.h): a step posts MPI_Irecv into host staging for every receive and
+// The MPI transport (transport.h) has two paths. Direct (CPU ranks all on one node, buffers from
+// CommGroup::alloc): each process's collective buffers live in a shared arena (collectives/shm.h)
+// that every peer maps, and a step is the threads transport's: receives read the peer's buffer
+// in place, puts write into it, a fenced step ends with a futex barrier in shared memory that
+// names a peer whose process died. DPB_SHM=0 turns it off, DPB_SHM=1 makes it required (an error
+// says why it cannot serve); DPB_SHM_ARENA_MB sizes the arena (default 65536: virtual, sparse).
+// Messages (otherwise): a step posts MPI_Irecv into host staging for every receive and
 // MPI_Isend for every send, waits for all, then applies the receives with the device's comm_copy /
 // comm_reduce. Devices whose memory the host cannot read (CUDA) go through host staging: download
 // before sending, upload to a device staging buffer before applying. Failure: abort() prints
