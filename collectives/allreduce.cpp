@@ -9,26 +9,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 #include <exception>
 
 #include "collectives/registry.h"
 #include "src/core/check.h"
+#include "src/core/cpu_relax.h"
 #include "src/core/nvtx.h"
 
 namespace dpb {
 
 // ---------------------------------------------------------------- HostBarrier
-
-static inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 bool HostBarrier::arrive_and_wait() {
   if (aborted_.load()) return false;

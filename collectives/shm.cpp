@@ -14,11 +14,8 @@
 #include <fstream>
 #include <thread>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 #include "src/core/check.h"
+#include "src/core/cpu_relax.h"
 
 namespace dpb {
 namespace {
@@ -139,14 +136,6 @@ bool process_alive(pid_t pid) {
 
 namespace {
 
-void cpu_pause() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 // Shared (not FUTEX_PRIVATE) futex calls: the word lives in memory of several processes.
 void futex_wait(std::atomic<uint32_t>* w, uint32_t expect, long ns) {
   timespec ts{ns / 1000000000L, ns % 1000000000L};
@@ -172,7 +161,7 @@ void ShmBarrier::arrive_and_wait(int k, long spin_ns, const std::vector<pid_t>& 
   // --oversubscribe) the peer we wait for may need it (Open MPI yields when oversubscribed too).
   if (spin_ns > 0)
     for (unsigned i = 1; gen_.load() == g && !aborted(); ++i) {
-      cpu_pause();
+      cpu_relax();
       if (i % 64 != 0) continue;
       if (std::chrono::steady_clock::now() - t0 > std::chrono::nanoseconds(spin_ns)) break;
       sched_yield();
