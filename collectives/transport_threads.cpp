@@ -21,7 +21,8 @@ class ThreadTransport final : public Transport {
  public:
   ThreadTransport(int k, std::vector<Device*> devices)
       : k_(k), devs_(std::move(devices)), ptrs_(size_t(k > 0 ? k : 0), nullptr),
-        host_ptrs_(size_t(k > 0 ? k : 0), nullptr), host_barrier_(k, default_barrier_spin_ns(k)) {
+        host_ptrs_(size_t(k > 0 ? k : 0), nullptr), host_barrier_(k, default_barrier_spin_ns(k)),
+        in_step_(size_t(k > 0 ? k : 0)) {
     DPB_CHECK(k >= 1, "CommGroup: need at least one rank, got " << k);
     DPB_CHECK(devs_.size() == size_t(k),
               "CommGroup: " << k << " ranks but " << devs_.size() << " devices");
@@ -51,7 +52,7 @@ class ThreadTransport final : public Transport {
   void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
             bool fence) override {
     Device& dev = *devs_[rank];
-    InStep guard(*this, dev);  // a failed peer frees its buffers only after we stop touching them
+    InStep guard(*this, rank, dev);  // a failed peer frees its buffers after we stop using them
     if (aborted_.load()) throw_aborted(rank);
     direct_moves(dev, ptrs_, rank, sends, recvs);
     // The receives and puts are done: senders may overwrite what they sent, receivers read puts.
@@ -97,7 +98,8 @@ class ThreadTransport final : public Transport {
     for (Device* d : devs_) d->cancel_waits("rank " + std::to_string(rank) + ": " + why);
     // Peers still inside a step read or write the published buffers, which the failed rank frees
     // as its exception unwinds: wait until they have left (each sees the abort at its barrier).
-    while (in_step_.load() > 0) std::this_thread::yield();
+    for (const InStepFlag& f : in_step_)
+      while (f.v.load() != 0) std::this_thread::yield();
   }
   bool aborted() const override { return aborted_.load(); }
 
@@ -107,13 +109,18 @@ class ThreadTransport final : public Transport {
     if (k_ == 1 && aborted_.load()) throw_aborted(rank);
   }
 
-  // Counts the ranks inside step(). Leaving by an exception on a device with streams, the rank
-  // first waits for its comm stream, whose queued copies may still read a peer's buffer.
+  // Marks a rank inside step() (its own cache line: no traffic between ranks). Leaving by an
+  // exception on a device with streams, the rank first waits for its comm stream, whose queued
+  // copies may still read a peer's buffer.
+  struct alignas(64) InStepFlag {
+    std::atomic<int> v{0};
+  };
   class InStep {
    public:
-    InStep(ThreadTransport& t, Device& dev)
-        : t_(t), dev_(dev), exceptions_(std::uncaught_exceptions()) {
-      t_.in_step_.fetch_add(1);
+    InStep(ThreadTransport& t, int rank, Device& dev)
+        : t_(t), flag_(t.in_step_[size_t(rank)].v), dev_(dev),
+          exceptions_(std::uncaught_exceptions()) {
+      flag_.store(1);  // seq_cst: ordered before step()'s look at aborted_ (abort: the reverse)
     }
     ~InStep() {
       if (t_.ordered_ && std::uncaught_exceptions() > exceptions_) {
@@ -122,13 +129,14 @@ class ThreadTransport final : public Transport {
         } catch (...) {  // the step is failing already; its first error is the one reported
         }
       }
-      t_.in_step_.fetch_sub(1);
+      flag_.store(0, std::memory_order_release);
     }
     InStep(const InStep&) = delete;
     InStep& operator=(const InStep&) = delete;
 
    private:
     ThreadTransport& t_;
+    std::atomic<int>& flag_;
     Device& dev_;
     int exceptions_;
   };
@@ -149,7 +157,7 @@ class ThreadTransport final : public Transport {
   bool ordered_ = false;
   HostBarrier host_barrier_;
   std::atomic<bool> aborted_{false};
-  std::atomic<int> in_step_{0};  // ranks inside step() (see InStep)
+  std::vector<InStepFlag> in_step_;  // per rank: inside step() (see InStep)
   std::mutex why_mu_;
   std::string why_;
 };
