@@ -268,7 +268,7 @@ class MpiTransport final : public Transport {
     int local = 0;
     MPI_Comm_size(node, &local);
     MPI_Comm_free(&node);
-    DPB_CHECK(!required || (host_ && size_ >= 2 && local == size_),
+    DPB_CHECK(!required || size_ < 2 || (host_ && local == size_),
               "DPB_SHM=1 but the direct path needs every rank on this node's CPU backend ("
                   << size_ << " ranks, " << local << " on this node, backend " << dev_.name()
                   << ")");
