@@ -110,6 +110,12 @@ bool flag_false(const std::string& v) {
   return v == "false" || v == "0" || v == "f" || v == "no" || v == "n";
 }
 
+// a is Google Benchmark's boolean flag `name` turned on ("--name", "--name=true", ...).
+bool flag_on(const std::string& a, const std::string& name) {
+  const size_t eq = a.find('=');
+  return a.substr(0, eq) == name && (eq == std::string::npos || !flag_false(a.substr(eq + 1)));
+}
+
 [[noreturn]] void die(const std::string& msg) {
   std::fprintf(stderr, "dpbench-micro: %s (see --help)\n", msg.c_str());
   std::exit(2);
@@ -278,12 +284,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--benchmark_min_time", 0) == 0) min_time = true;
-    if (a.rfind("--benchmark_list_tests", 0) == 0 && a != "--benchmark_list_tests=false") listing = true;
+    if (flag_on(a, "--benchmark_list_tests")) listing = true;
     // Each process would shuffle with its own seed (Google Benchmark takes it from
     // std::random_device): the ranks would enter different collectives and hang.
-    const size_t eq = a.find('=');
-    if (mpi && a.substr(0, eq) == "--benchmark_enable_random_interleaving" &&
-        (eq == std::string::npos || !flag_false(a.substr(eq + 1))))
+    if (mpi && flag_on(a, "--benchmark_enable_random_interleaving"))
       die("--benchmark_enable_random_interleaving: not under mpirun/srun (each process would "
           "shuffle the benchmarks in its own order and the collectives would not match); "
           "interleave by running mpirun several times");

@@ -7,7 +7,7 @@
 set -euo pipefail
 BUILD=${1:?usage: bench_smoke.sh BUILD_DIR}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
-BIN="$BUILD/dpbench-micro"
+BIN="$(cd "$BUILD" && pwd)/dpbench-micro"
 [ -x "$BIN" ] || { echo "FAIL: $BIN not built (configure with -DDPB_BENCH=ON)"; exit 1; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
@@ -18,6 +18,14 @@ grep -q -- "--dpb_max_bytes" <<<"$help" || { echo "FAIL: --help lacks our flags"
 grep -q -- "--benchmark_filter" <<<"$help" || { echo "FAIL: --help lacks Google Benchmark's"; exit 1; }
 if "$BIN" --dpb_bogus=1 >/dev/null 2>&1; then echo "FAIL: unknown --dpb_ flag accepted"; exit 1; fi
 if "$BIN" --dpb_cpu_threads=0 >/dev/null 2>&1; then echo "FAIL: --dpb_cpu_threads=0 accepted"; exit 1; fi
+# Listing writes no default results file; --benchmark_list_tests=0 (Google Benchmark: off) runs and
+# writes one, as any run does.
+(cd "$tmp" && "$BIN" --benchmark_list_tests --benchmark_filter='membw/cpu/copy/threads:1/' >/dev/null 2>&1)
+[ -z "$(ls "$tmp")" ] || { echo "FAIL: --benchmark_list_tests wrote $(ls "$tmp")"; exit 1; }
+(cd "$tmp" && "$BIN" --benchmark_list_tests=0 --benchmark_filter='membw/cpu/copy/threads:1/' \
+   --benchmark_min_time=0.01 >/dev/null 2>&1)
+ls "$tmp"/results/micro-*.json >/dev/null 2>&1 || { echo "FAIL: --benchmark_list_tests=0 wrote no results file"; exit 1; }
+rm -rf "${tmp:?}"/results
 
 # Every all-reduce algorithm the binary registers (collectives/registry.h), at three sizes.
 FILTER='membw/cpu/copy/threads:2/|allreduce/cpu/[^/]+/ranks:(2|4)/bytes:(8|4096|516272)/'
