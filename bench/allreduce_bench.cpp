@@ -179,12 +179,6 @@ void bm_membw(benchmark::State& st, int k) {
   st.counters["bytes"] = double(kMembwBytes);
 }
 
-size_t model_bytes(const std::string& model) {
-  size_t n = 0;
-  for (const auto& p : model_param_layout(model)) n += p.size;
-  return n * sizeof(float);
-}
-
 // Largest message for k ranks: --dpb_max_bytes, k * n <= --dpb_max_total_bytes, and on the CPU
 // the buffers plus naive's staging (about 2k * n) within half of the available memory.
 size_t cap_for(const BenchConfig& cfg, Backend b, int k) {
@@ -225,12 +219,7 @@ void register_allreduce(BenchEnv& env, Backend b) {
         continue;
       }
       const size_t cap = cap_for(env.cfg(), b, k);
-      std::vector<size_t> sizes;
-      for (size_t s = 8; s <= cap; s *= 2) sizes.push_back(s);
-      for (const ModelEntry& m : models())  // the real gradient sizes
-        if (model_bytes(m.name) <= cap) sizes.push_back(model_bytes(m.name));
-      std::sort(sizes.begin(), sizes.end());
-      for (size_t bytes : sizes) {
+      for (size_t bytes : allreduce_sizes(cap)) {
         const std::string name = bench_name("allreduce", b, {alg}, k, bytes);
         benchmark::RegisterBenchmark(name.c_str(),
                                      [&env, name, b, alg, k, bytes](benchmark::State& st) {

@@ -127,12 +127,6 @@ void bm_allreduce_procs(benchmark::State& st, BenchEnv& env, const std::string& 
   }
 }
 
-size_t model_bytes(const std::string& model) {
-  size_t n = 0;
-  for (const auto& p : model_param_layout(model)) n += p.size;
-  return n * sizeof(float);
-}
-
 }  // namespace
 
 void register_allreduce_procs(BenchEnv& env, Backend b) {
@@ -152,12 +146,7 @@ void register_allreduce_procs(BenchEnv& env, Backend b) {
       continue;
     }
     const size_t cap = std::min(cfg.max_bytes, cfg.max_total_bytes / size_t(k));
-    std::vector<size_t> sizes;
-    for (size_t s = 8; s <= cap; s *= 2) sizes.push_back(s);
-    for (const ModelEntry& m : models())  // the real gradient sizes
-      if (model_bytes(m.name) <= cap) sizes.push_back(model_bytes(m.name));
-    std::sort(sizes.begin(), sizes.end());
-    for (size_t bytes : sizes) {
+    for (size_t bytes : allreduce_sizes(cap)) {
       std::string name = "allreduce/" + std::string(backend_name(b)) + "/" + alg + "/procs:" +
                          std::to_string(k) + "/bytes:" + std::to_string(bytes);
       benchmark::RegisterBenchmark(name.c_str(), [&env, name, b, alg, bytes](benchmark::State& st) {

@@ -155,6 +155,10 @@ struct DeviceSet {
 std::string bench_name(const std::string& family, Backend b, const std::vector<std::string>& what,
                        int k, size_t bytes = 0);
 
+// The all-reduce sweep's message sizes up to cap bytes: 8 B doubling, plus every model's
+// gradient size (the real ones), sorted.
+std::vector<size_t> allreduce_sizes(size_t cap);
+
 // Registration, one function per benchmark family (each in its own file).
 void register_membw(BenchEnv& env);        // allreduce_bench.cpp
 void register_allreduce(BenchEnv& env, Backend b);

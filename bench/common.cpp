@@ -45,6 +45,18 @@ DeviceSet::DeviceSet(Backend b, int k, int cpu_threads, const LinkSpec& link)
   group = std::make_unique<CommGroup>(k, ptrs);
 }
 
+std::vector<size_t> allreduce_sizes(size_t cap) {
+  std::vector<size_t> sizes;
+  for (size_t s = 8; s <= cap; s *= 2) sizes.push_back(s);
+  for (const ModelEntry& m : models()) {  // the real gradient sizes
+    size_t n = 0;
+    for (const auto& p : model_param_layout(m.name)) n += p.size;
+    if (n * sizeof(float) <= cap) sizes.push_back(n * sizeof(float));
+  }
+  std::sort(sizes.begin(), sizes.end());
+  return sizes;
+}
+
 std::string bench_name(const std::string& family, Backend b, const std::vector<std::string>& what,
                        int k, size_t bytes) {
   std::string s = family + "/" + backend_name(b);
