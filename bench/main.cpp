@@ -100,6 +100,9 @@ Environment:
   DPB_SPIN_US=X             how long a rank waiting at a collective's barrier polls before it
                             sleeps, microseconds (default 100 when the ranks, and with overlap
                             their communication threads, fit the hardware threads; else 0)
+  DPB_SHM=0|1               under mpirun, CPU processes of one node: 0 = MPI messages, 1 = shared
+                            memory required (default: shared memory when it can serve)
+  DPB_SHM_ARENA_MB=N        the shared arena's address space per process (default 65536)
 
 )", algs.c_str(), models.c_str());
   benchmark::PrintDefaultHelp();

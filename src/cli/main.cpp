@@ -145,8 +145,10 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       "prints and writes files; an error on any rank ends the job (README: Running on a cluster)."
       "\nEnvironment: DPBENCH_DATA (data directory), DPB_SPIN_US (microseconds a rank waiting at a "
       "collective's barrier polls before it sleeps; default 100 when the devices, and with --overlap "
-      "on their communication threads, fit the hardware threads, else 0), OMP_WAIT_POLICY "
-      "(OpenMP's, for the CPU backend's math threads).");
+      "on their communication threads, fit the hardware threads, else 0), DPB_SHM (processes of one "
+      "node on the CPU: 0 = MPI messages, 1 = shared memory required; default: shared memory when "
+      "it can serve), DPB_SHM_ARENA_MB (its address space per process, default 65536), "
+      "OMP_WAIT_POLICY (OpenMP's, for the CPU backend's math threads).");
   tr->add_option("--model", cfg.model, choices(models(), "", "(see Models below)"))
       ->check(CLI::IsMember(entry_name_list(models())))->capture_default_str();
   std::vector<std::string> backend_names = {"auto"};
