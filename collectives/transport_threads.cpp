@@ -52,7 +52,7 @@ class ThreadTransport final : public Transport {
   void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
             bool fence) override {
     Device& dev = *devs_[rank];
-    InStep guard(*this, rank, dev);  // a failed peer frees its buffers after we stop using them
+    InStep guard(in_step_[size_t(rank)].v, dev, ordered_);  // a failed peer frees its buffers after we stop using them
     if (aborted_.load()) throw_aborted(rank);
     direct_moves(dev, ptrs_, rank, sends, recvs);
     // The receives and puts are done: senders may overwrite what they sent, receivers read puts.
@@ -117,13 +117,12 @@ class ThreadTransport final : public Transport {
   };
   class InStep {
    public:
-    InStep(ThreadTransport& t, int rank, Device& dev)
-        : t_(t), flag_(t.in_step_[size_t(rank)].v), dev_(dev),
-          exceptions_(std::uncaught_exceptions()) {
+    InStep(std::atomic<int>& flag, Device& dev, bool ordered)
+        : flag_(flag), dev_(dev), ordered_(ordered), exceptions_(std::uncaught_exceptions()) {
       flag_.store(1);  // seq_cst: ordered before step()'s look at aborted_ (abort: the reverse)
     }
     ~InStep() {
-      if (t_.ordered_ && std::uncaught_exceptions() > exceptions_) {
+      if (ordered_ && std::uncaught_exceptions() > exceptions_) {
         try {
           dev_.comm_synchronize();
         } catch (...) {  // the step is failing already; its first error is the one reported
@@ -135,10 +134,10 @@ class ThreadTransport final : public Transport {
     InStep& operator=(const InStep&) = delete;
 
    private:
-    ThreadTransport& t_;
     std::atomic<int>& flag_;
     Device& dev_;
-    int exceptions_;
+    const bool ordered_;
+    const int exceptions_;
   };
 
   [[noreturn]] void throw_aborted(int rank) {

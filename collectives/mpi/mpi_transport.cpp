@@ -38,6 +38,20 @@ std::string mpi_error(int code) {
 
 bool mpi_built() { return true; }
 
+namespace {
+
+// This process's rank among, and the number of, the processes of `comm` on its node.
+void node_rank_size(MPI_Comm comm, int rank, int& node_rank, int& node_size) {
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+            "processes of this node");
+  MPI_Comm_rank(node, &node_rank);
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+}
+
+}  // namespace
+
 MpiSession::MpiSession() {
   int inited = 0;
   MPI_Initialized(&inited);
@@ -63,12 +77,7 @@ MpiSession::MpiSession() {
     MPI_Finalize();
     throw Error(why);
   }
-  MPI_Comm node;
-  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
-            "processes of this node");
-  MPI_Comm_rank(node, &local_rank_);
-  MPI_Comm_size(node, &local_size_);
-  MPI_Comm_free(&node);
+  node_rank_size(MPI_COMM_WORLD, rank_, local_rank_, local_size_);
 }
 
 MpiSession::~MpiSession() { MPI_Finalize(); }
@@ -262,12 +271,8 @@ class MpiTransport final : public Transport {
                                                  "processes of a node) or 1 (shared memory)");
     const bool off = env && !std::strcmp(env, "0"), required = env && !std::strcmp(env, "1");
     required_ = required;
-    MPI_Comm node;
-    MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
-              "processes of this node");
-    int local = 0;
-    MPI_Comm_size(node, &local);
-    MPI_Comm_free(&node);
+    int node_rank = 0, local = 0;
+    node_rank_size(comm_, rank_, node_rank, local);
     DPB_CHECK(!required || size_ < 2 || (host_ && local == size_),
               "DPB_SHM=1 but the direct path needs every rank on this node's CPU backend ("
                   << size_ << " ranks, " << local << " on this node, backend " << dev_.name()
