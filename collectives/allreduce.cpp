@@ -127,12 +127,4 @@ std::unique_ptr<AllReduce> make_allreduce(const std::string& algorithm, CommGrou
   return std::make_unique<Traced>(e.make(group, opts), group);
 }
 
-#ifndef DPB_HAVE_CUDA
-std::string nccl_refuse_ranks(int) { return ""; }  // nccl runs on no backend of this build
-std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup&) {
-  DPB_CHECK(false, "--allreduce nccl needs the CUDA backend built with NCCL (this dpbench was "
-                   "built without CUDA)");
-}
-#endif
-
 }  // namespace dpb

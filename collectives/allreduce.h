@@ -28,6 +28,8 @@
 #include "collectives/transport.h"
 #include "src/core/device.h"
 
+struct ncclComm;  // <nccl.h>'s communicator (ncclComm_t); NCCL is optional, see make_nccl_allreduce
+
 namespace dpb {
 
 // k-thread barrier: a waiter polls for up to spin_ns, then blocks on std::atomic::wait (a futex).
@@ -140,12 +142,18 @@ std::unique_ptr<AllReduce> make_naive_allreduce(CommGroup& group);
 // piece_floats: pipeline the ring in pieces of about this many floats per chunk (0: 256 KB
 // pieces on the CPU backend, no pipelining on others); see ring.cpp.
 std::unique_ptr<AllReduce> make_ring_allreduce(CommGroup& group, size_t piece_floats = 0);
-// Defined in collectives/cuda/nccl_allreduce.cu when built with CUDA (DPB_HAVE_CUDA); otherwise
-// in allreduce.cpp, where it throws.
+// NCCL's functions here are defined in collectives/cuda/nccl_allreduce.cu when the CUDA backend
+// is built with NCCL; otherwise in collectives/cuda/nccl_absent.cpp (CMake picks one), where the
+// algorithm says this dpbench was built without NCCL.
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group);
 // "" when NCCL can run k ranks on this machine's GPUs (rank r on GPU r mod count), else why not
 // (ranks sharing a GPU need NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1, at most 2 per GPU).
 std::string nccl_refuse_ranks(int k);
+// The NCCL this dpbench runs with, e.g. "2.28.9" ("unknown" when it cannot say); "" when built
+// without NCCL.
+std::string nccl_version();
+// The asynchronous error NCCL holds for `comm` ("" when none), for the CUDA device's host waits.
+std::string nccl_async_error(ncclComm* comm);
 
 // Barrier polling for `threads` threads that may be runnable at once (k ranks, plus k
 // communication threads with overlap): 100 us when they fit the hardware threads, else 0 (a

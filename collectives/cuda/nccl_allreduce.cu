@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include <nccl.h>
+
 #include "collectives/allreduce.h"
 #include "kernels/cuda/cuda_device.h"
 
@@ -210,6 +212,19 @@ std::string nccl_refuse_ranks(int k) {
 
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group) {
   return std::make_unique<NcclAllReduce>(group);
+}
+
+std::string nccl_version() {
+  int v = 0;
+  return ncclGetVersion(&v) == ncclSuccess ? version_str(v) : "unknown";
+}
+
+std::string nccl_async_error(ncclComm* comm) {
+  ncclResult_t async = ncclSuccess;
+  if (!comm || ncclCommGetAsyncError(comm, &async) != ncclSuccess || async == ncclSuccess ||
+      async == ncclInProgress)
+    return "";
+  return std::string("NCCL reported ") + ncclGetErrorString(async) + ": " + ncclGetLastError(comm);
 }
 
 }  // namespace dpb

@@ -1,5 +1,6 @@
 // cuda_check.h: checking macros for CUDA, cuBLAS, cuDNN and NCCL calls (CUDA backend only).
-// Each throws dpb::Error with the call text, the library's error name and string, and file:line:
+// Each throws dpb::Error with the call text, the library's error name and string, and file:line
+// (NCCL_CHECK where <nccl.h> is included: NCCL is optional, see collectives/cuda/nccl_absent.cpp):
 //   CUDA_CHECK(cudaMalloc(&p, bytes));
 //   CUDA_CHECK_LAUNCH("relu_forward");          // after every kernel launch (cudaGetLastError)
 //   CUBLAS_CHECK(cublasGemmEx(...));
@@ -9,7 +10,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
-#include <nccl.h>
 
 #include <sstream>
 

@@ -11,6 +11,7 @@
 #include <shared_mutex>
 #include <thread>
 
+#include "collectives/allreduce.h"  // nccl_version, nccl_async_error (NCCL is optional)
 #include "kernels/cuda/cuda_device.h"
 
 namespace dpb {
@@ -350,11 +351,8 @@ void CudaDevice::poll(const std::function<cudaError_t()>& query, const char* wha
       DPB_CHECK(false, name_ << ": " << what << " abandoned because " << cancel_why_);
     }
     if (ncclComm_t c = nccl_comm_.load(); c && i % 64 == 0) {
-      ncclResult_t async = ncclSuccess;
-      if (ncclCommGetAsyncError(c, &async) == ncclSuccess && async != ncclSuccess &&
-          async != ncclInProgress)
-        DPB_CHECK(false, name_ << ": " << what << ": NCCL reported " << ncclGetErrorString(async)
-                               << ": " << ncclGetLastError(c));
+      const std::string nccl = nccl_async_error(c);
+      DPB_CHECK(nccl.empty(), name_ << ": " << what << ": " << nccl);
     }
     // Yield for the first ~50 us (short kernels), then sleep in 20 us steps.
     if (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(50))
@@ -575,9 +573,8 @@ std::string cuda_library_versions() {
   size_t dnn = cudnnGetVersion();  // 9.19.0 -> 91900
   out += ", cuDNN " + std::to_string(dnn / 10000) + "." + std::to_string(dnn % 10000 / 100) + "." +
          std::to_string(dnn % 100);
-  if (ncclGetVersion(&v) == ncclSuccess)  // 2.28.9 -> 22809 (from 2.9 on)
-    out += ", NCCL " + std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." +
-           std::to_string(v % 100);
+  const std::string nccl = nccl_version();
+  out += nccl.empty() ? ", no NCCL (not built)" : ", NCCL " + nccl;
   (void)cudaGetLastError();
   return out;
 }

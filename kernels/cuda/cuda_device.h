@@ -24,6 +24,8 @@
 #include "kernels/cuda/cuda_check.h"
 #include "src/core/device.h"
 
+typedef struct ncclComm* ncclComm_t;  // as <nccl.h> has it; NCCL is optional (nccl_absent.cpp)
+
 namespace dpb {
 
 // Why no CUDA GPU can be used here ("" when cuda_device_count() > 0); for test skips and messages.

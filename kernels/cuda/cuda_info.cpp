@@ -5,11 +5,11 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <library_types.h>
-#include <nccl.h>
 
 #include <cmath>
 #include <string>
 
+#include "collectives/allreduce.h"
 #include "src/core/device.h"
 #include "src/core/machine_info.h"
 
@@ -35,7 +35,8 @@ nlohmann::ordered_json cuda_info() {
   j["cuda_runtime_version"] = cudaRuntimeGetVersion(&v) == cudaSuccess ? dotted(v, 1000, 10)
                                                                        : "unknown";
   j["cudnn_version"] = three(long(cudnnGetVersion()));  // 9.x: major*10000 + minor*100 + patch
-  j["nccl_version"] = ncclGetVersion(&v) == ncclSuccess ? three(v) : "unknown";  // >= 2.9
+  const std::string nccl = nccl_version();
+  j["nccl_version"] = nccl.empty() ? "not built" : nccl;
   int maj = 0, min = 0, patch = 0;
   const bool blas = cublasGetProperty(MAJOR_VERSION, &maj) == CUBLAS_STATUS_SUCCESS &&
                     cublasGetProperty(MINOR_VERSION, &min) == CUBLAS_STATUS_SUCCESS &&
