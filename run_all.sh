@@ -8,6 +8,7 @@
 #   ./run_all.sh --quick --suite d2l-lenet --peers   # PyTorch, DDP, JAX, OpenMPI beside dpbench
 #   ./run_all.sh --launcher both             # sync + scaling k > 1 also as mpirun processes
 #   ./run_all.sh --out results/20260101T000000Z-abc1234    # continue an interrupted run
+#   ./run_all.sh --dry-run                    # the plan: every run, every run left out and why
 set -euo pipefail
 cd "$(dirname "$0")"
 T0=$SECONDS
@@ -16,7 +17,7 @@ INVOCATION="./run_all.sh${*:+ $*}"
 usage() {
   cat <<'EOF'
 usage: ./run_all.sh [--quick | --full] [--suite NAME]... [--devices LIST] [--peers] [--out DIR]
-                   [--launcher threads|mpi|both] [--no-build]
+                   [--launcher threads|mpi|both] [--no-build] [--dry-run]
 
   --quick         fewer epochs and data subsets, sized for ~15 min on 2 cores with LeNet past its
                   loss plateau (default without a GPU); every output says quick
@@ -41,10 +42,13 @@ usage: ./run_all.sh [--quick | --full] [--suite NAME]... [--devices LIST] [--pee
   --out DIR       results folder (default results/<UTC time>-<commit>[-quick]); an existing one is
                   continued: runs already in its CSVs are skipped
   --no-build      use the build as it is, even when sources are newer
+  --dry-run       print the plan (every run it would do, every run it leaves out and why: e.g.
+                  those this machine's GPUs would refuse) and exit 0; builds nothing, runs nothing
   -h, --help      this text
 
 Environment: DPB_BUILD_DIR (default build), DPB_BACKEND=cpu|cuda to override the detection,
-DPB_PEER_PYTHON (default /usr/bin/python3: Debian's, which sees python3-torch).
+DPB_PEER_PYTHON (default /usr/bin/python3: Debian's, which sees python3-torch), DPB_FAKE_GPUS=N
+(with --dry-run: plan as on a CUDA machine with N GPUs; for tests).
 At the end the run is compared with the committed baselines of its backend that share suites with
 it (results/baseline/<backend>-*; scripts/check_regression; informational: the exit status is
 that of the runs).
@@ -53,6 +57,7 @@ EOF
 }
 
 mode="" devices="1,2,4" out="" out_given=0 build_ok=1 peers="" launcher=threads
+dry_run=0
 suites=()
 while (($#)); do
   case $1 in
@@ -71,6 +76,7 @@ while (($#)); do
                 launcher=$2; shift ;;
     --launcher=*) launcher=${1#*=} ;;
     --no-build) build_ok=0 ;;
+    --dry-run) dry_run=1 ;;
     --peers) peers=--peers ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_all.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -81,6 +87,11 @@ done
   { echo "run_all.sh: --devices wants counts like 1,2,4, got '$devices'" >&2; exit 2; }
 case $launcher in threads|mpi|both) ;; *) echo "run_all.sh: --launcher wants threads, mpi or" \
   "both, got '$launcher'" >&2; exit 2 ;; esac
+if [ -n "${DPB_FAKE_GPUS:-}" ] && ((dry_run == 0)); then
+  echo "run_all.sh: DPB_FAKE_GPUS plans for a machine that is not this one; it works with" \
+    "--dry-run only" >&2
+  exit 2
+fi
 if [ "$launcher" != threads ] && ! command -v mpirun >/dev/null && [ -z "${DPB_MPIRUN:-}" ]; then
   echo "run_all.sh: note: --launcher $launcher but no mpirun (apt-get install openmpi-bin): the" \
     "process-mode runs are skipped"
@@ -120,6 +131,10 @@ else
 fi
 if [ -z "$why" ]; then
   echo "up to date: $BUILD/dpbench"
+elif ((dry_run)); then
+  echo "not building (--dry-run) although $why"
+  [ -x "$BUILD/dpbench" ] || { echo "run_all.sh: --dry-run asks $BUILD/dpbench about this" \
+    "machine, and there is none: build first (scripts/setup.sh)" >&2; exit 1; }
 elif ((build_ok == 0)); then
   echo "not building (--no-build) although $why"
   [ -x "$BUILD/dpbench" ] || { echo "run_all.sh: no $BUILD/dpbench to run" >&2; exit 1; }
@@ -135,14 +150,21 @@ fi
 
 # ---- 2. hardware
 step "hardware"
-info=$("$BUILD/dpbench" info)
+# (DPB_FAKE_GPUS, --dry-run only: the planner's view of a CUDA machine with that many GPUs)
+info=$(python3 -c '
+import json, sys
+sys.path.insert(0, "scripts")
+import suitelib
+print(json.dumps(suitelib.effective_info(json.loads(sys.argv[1]))))' "$("$BUILD/dpbench" info)")
 read -r cpu cores cuda_built ngpu backend < <(python3 -c '
 import json, sys
 i = json.loads(sys.argv[1])
 print(i["cpu"].replace(" ", "_"), i["cores"], str(i["cuda_built"]).lower(), i["cuda_devices"],
       i["default_backend"])' "$info")
 echo "CPU: ${cpu//_/ }, $cores cores"
-if [ "$cuda_built" = true ]; then
+if [ -n "${DPB_FAKE_GPUS:-}" ]; then
+  echo "CUDA backend: FAKE (DPB_FAKE_GPUS=$DPB_FAKE_GPUS, --dry-run): planning as on $ngpu GPU(s)"
+elif [ "$cuda_built" = true ]; then
   echo "CUDA backend: built (cuDNN, cuBLAS, NCCL); GPUs found: $ngpu"
   command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | sed 's/^/  /' || true
 else
@@ -151,6 +173,7 @@ fi
 backend=${DPB_BACKEND:-$backend}
 if [ "$backend" = cuda ]; then
   why="a CUDA build and $ngpu GPU(s)"
+  [ -z "${DPB_FAKE_GPUS:-}" ] || why="$ngpu fake GPU(s): DPB_FAKE_GPUS, a plan only"
   maxdev=$(tr , '\n' <<<"$devices" | sort -n | tail -1)
   if ((ngpu < maxdev)); then
     echo "note: runs with more devices than GPUs put several ranks on one GPU; they are marked" \
@@ -176,6 +199,13 @@ suffix=""
 [ "$mode" = full ] || suffix=-$mode  # (an `&& echo` here failed the assignment in full mode)
 run_id="$(date -u +%Y%m%dT%H%M%SZ)-$commit$suffix"
 out=${out:-results/$run_id}
+if ((dry_run)); then
+  step "plan (--dry-run: nothing runs, $out is not written)"
+  python3 scripts/run_suite.py run --dry-run --out "$out" --"$mode" --backend "$backend" \
+    --devices "$devices" --bin "$BUILD/dpbench" ${suite_list:+--suite "$suite_list"} \
+    --info "$info" --invocation "$INVOCATION" --launcher "$launcher" $peers
+  exit $?
+fi
 mkdir -p "$out"
 step "microbenchmarks and suites -> $out"
 set +e

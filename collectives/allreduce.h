@@ -154,6 +154,9 @@ std::string nccl_refuse_ranks(int k);
 std::string nccl_version();
 // The asynchronous error NCCL holds for `comm` ("" when none), for the CUDA device's host waits.
 std::string nccl_async_error(ncclComm* comm);
+// The most ranks NCCL lets share one GPU here: 1, or 2 from NCCL 2.30 with
+// NCCL_MULTI_RANK_GPU_ENABLE=1. Without NCCL in the build: 1, NCCL's default.
+int nccl_max_ranks_per_gpu();
 
 // Barrier polling for `threads` threads that may be runnable at once (k ranks, plus k
 // communication threads with overlap): 100 us when they fit the hardware threads, else 0 (a

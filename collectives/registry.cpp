@@ -32,7 +32,8 @@ const std::vector<AllReduceEntry>& allreduce_algorithms() {
       {"nccl", "ncclAllReduce (NCCL picks its own algorithm)", {BackendKind::Cuda},
        nccl_refuse_ranks,
        [](CommGroup& g, const AllReduceOptions&) { return make_nccl_allreduce(g); }, 0,
-       ring_link_cost},  // NCCL's ring
+       ring_link_cost,  // NCCL's ring
+       AllReduceEntry::kBoth, nccl_max_ranks_per_gpu},
       {"mpi", "MPI_Allreduce in place (the MPI library's own choice; our schedules' peer)", {},
        nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_mpi_allreduce(g); }, 0,
        nullptr, AllReduceEntry::kProcesses},

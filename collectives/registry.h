@@ -35,6 +35,10 @@ struct AllReduceEntry {
   // mpirun/srun; collectives/mpi_transport.h), or both.
   enum Launchers { kThreads = 1, kProcesses = 2, kBoth = 3 };
   int launchers = kBoth;
+  // The most ranks one GPU may hold (k ranks on G GPUs put ceil(k / G) on one), asked by planners
+  // that leave out the runs a machine with fewer GPUs would refuse (`dpbench info`,
+  // scripts/suitelib.py); nullptr: any number.
+  int (*max_ranks_per_gpu)() = nullptr;
 };
 
 const std::vector<AllReduceEntry>& allreduce_algorithms();

@@ -40,8 +40,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peerlib  # noqa: E402
-from suitelib import (ROOT, append_suite_csv, expand_runs, load_suite, mpi_twins,  # noqa: E402
-                      read_rows, suite_names, write_json)
+from suitelib import (ROOT, append_suite_csv, effective_info, expand_runs,  # noqa: E402
+                      load_suite, mpi_twins, read_rows, suite_names, write_json)
 from summary import write_summary  # noqa: E402
 
 
@@ -113,11 +113,11 @@ def mpirun_prefix(np):
     return ["mpirun", "-np", str(np)] + extra
 
 
-def plan_launcher(a, suite, runs):
+def plan_launcher(a, suite, runs, info=None):
     """Thread-mode runs kept and process-mode twins added by --launcher, with notes."""
     if a.launcher == "threads" or (suite.name not in MPI_SUITES and not a.suite_given):
         return runs, []
-    twins, notes = mpi_twins(runs)
+    twins, notes = mpi_twins(runs, a.backend, info)
     if twins and mpirun_prefix(2) is None:
         notes += [(suite.name, t.name, "no mpirun (apt-get install openmpi-bin)") for t in twins]
         twins = []
@@ -154,7 +154,8 @@ class Runner:
         else:
             self.manifest = {"run_id": os.path.basename(os.path.abspath(self.out)),
                              "created_utc": utc(), "commands": []}
-        info = json.loads(a.info) if a.info else self.dpbench_info()
+        info = effective_info(json.loads(a.info) if a.info else self.dpbench_info())
+        self.info = info
         self.manifest.update({
             "status": "running", "mode": "quick" if a.quick else "full", "backend": a.backend,
             "devices": a.devices, "suites": a.suite, "invocation": a.invocation or
@@ -327,10 +328,11 @@ class Runner:
         for s in suites:
             if s.micro and not a.no_micro:
                 plan.append(("micro", s))
-            runs, n = expand_runs(s, a.quick, a.backend, a.devices, shlex.split(a.set or ""))
+            runs, n = expand_runs(s, a.quick, a.backend, a.devices, shlex.split(a.set or ""),
+                                  self.info)
             if a.runs:
                 runs = [r for r in runs if fnmatch.fnmatchcase(r.name, a.runs)]
-            launched, n2 = plan_launcher(a, s, runs)
+            launched, n2 = plan_launcher(a, s, runs, self.info)
             plan += [("train", r) for r in launched]
             notes += n + n2
             if a.peers:
@@ -345,11 +347,15 @@ class Runner:
         for suite, name, why in notes:
             grouped.setdefault((suite, why), []).append(name)
         for (suite, why), names in grouped.items():
-            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            shown = ", ".join(names if a.dry_run else names[:4]) + (
+                f" and {len(names) - 4} more" if len(names) > 4 and not a.dry_run else "")
             print(f"  note: {suite}: {len(names)} run(s) left out, {why}: {shown}")
         total = len(plan)
+        fake = f", {self.info['fake_gpus']} fake GPU(s) (DPB_FAKE_GPUS)" \
+            if self.info.get("fake_gpus") else ""
         print(f"run_suite: {total} steps ({'quick' if a.quick else 'full'} mode, backend "
-              f"{a.backend}, devices {','.join(map(str, a.devices))}) -> {self.out}", flush=True)
+              f"{a.backend}, devices {','.join(map(str, a.devices))}{fake}) -> {self.out}",
+              flush=True)
         if a.dry_run:
             for n, (kind, item) in enumerate(plan, 1):
                 print(f"[{n}/{total}] " + {
@@ -460,6 +466,9 @@ def main(argv=None):
     a.suite = [x for s in a.suite for x in s.split(",") if x] or default
     for sname in a.suite:
         load_suite(sname)  # unknown names fail before any work
+    if os.environ.get("DPB_FAKE_GPUS") and not a.dry_run:
+        raise SystemExit("run_suite: DPB_FAKE_GPUS plans for a machine that is not this one; it "
+                         "is for --dry-run only")
     try:
         a.devices = sorted({int(x) for x in a.devices.split(",") if x})
     except ValueError:

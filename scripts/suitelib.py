@@ -122,9 +122,51 @@ def arg_value(args, flag, default=None):
     return default
 
 
-def expand_runs(suite, quick, backend, devices, extra=()):
+# ----------------------------------------------------------------------------- the machine
+
+
+def effective_info(info):
+    """`dpbench info` as the planner sees it. DPB_FAKE_GPUS=N (tests and --dry-run only) makes it a
+    CUDA machine with N GPUs whatever this one is, the all-reduce table kept as the build gave it."""
+    fake = os.environ.get("DPB_FAKE_GPUS", "")
+    if not fake:
+        return info
+    if not fake.isdigit() or int(fake) < 1:
+        raise SystemExit(f"DPB_FAKE_GPUS wants a GPU count (1, 2, ...), got '{fake}'")
+    n = int(fake)
+    out = dict(info, cuda_built=True, cuda_devices=n, default_backend="cuda", fake_gpus=n,
+               gpus=[{"name": "fake GPU (DPB_FAKE_GPUS)", "memory_gib": 80.0,
+                      "compute_capability": "9.0"}] * n)
+    out.pop("cuda_error", None)
+    return out
+
+
+def gpu_refusal(args, backend, info, procs=0):
+    """"" when `dpbench train args` (procs > 0: under mpirun) would not be refused for lack of GPUs
+    on the machine `info` describes, else why. It asks the all-reduce's entry in `dpbench info`
+    (allreduce_algorithms: runs_on, launchers, max_ranks_per_gpu) rather than knowing names."""
+    if backend != "cuda":
+        return ""
+    name = arg_value(args, "--allreduce", "ring")
+    entry = next((e for e in info.get("allreduce_algorithms", []) if e["name"] == name), None)
+    if entry is None:  # an older dpbench without the table: it says so when it runs
+        return ""
+    if backend not in entry.get("runs_on", [backend]):
+        return f"--allreduce {name} runs on {', '.join(entry['runs_on'])}, not {backend}"
+    if ("processes" if procs else "threads") not in entry.get("launchers", ["threads", "processes"]):
+        return f"--allreduce {name} does not run as {'processes' if procs else 'threads'}"
+    k, gpus, most = int(arg_value(args, "--devices", "1")), int(info.get("cuda_devices", 0)), \
+        entry.get("max_ranks_per_gpu")
+    if most is None or gpus < 1 or -(-k // gpus) <= most:
+        return ""
+    return (f"--allreduce {name} refuses {-(-k // gpus)} ranks on one GPU ({k} ranks, {gpus} "
+            f"GPU(s); it allows {most} per GPU here: dpbench info's max_ranks_per_gpu)")
+
+
+def expand_runs(suite, quick, backend, devices, extra=(), info=None):
     """The runs of a suite for a mode: quick overrides applied, `--devices max` resolved, runs whose
-    device count is not in `devices` left out. Returns (runs, [(suite, run, why left out)])."""
+    device count is not in `devices` left out, and, given `dpbench info` (effective_info), the runs
+    its GPUs would refuse (gpu_refusal). Returns (runs, [(suite, run, why left out)])."""
     runs, notes = [], []
     table = dict(suite.runs)
     if backend == "cuda":
@@ -150,7 +192,12 @@ def expand_runs(suite, quick, backend, devices, extra=()):
         elif int(dev) not in devices:
             notes.append((suite.name, name, "device count not in --devices"))
             continue
-        runs.append(Run(suite.name, name, merge_args(args, list(extra))))
+        args = merge_args(args, list(extra))
+        why = gpu_refusal(args, backend, info) if info else ""
+        if why:
+            notes.append((suite.name, name, why))
+            continue
+        runs.append(Run(suite.name, name, args))
     return runs, notes
 
 
@@ -164,15 +211,16 @@ PROCESS_REFUSALS = [
 ]
 
 
-def mpi_twins(runs):
+def mpi_twins(runs, backend="cpu", info=None):
     """Process-mode twins (scenario + MPI_SUFFIX, procs = k) of the multi-device runs, and
-    [(suite, run, why left out)] for those process mode refuses."""
+    [(suite, run, why left out)] for those process mode or the machine's GPUs refuse."""
     twins, notes = [], []
     for r in runs:
         k = int(arg_value(r.args, "--devices", "1"))
         if k < 2:
             continue
-        why = next((w for refused, w in PROCESS_REFUSALS if refused(r.args)), None)
+        why = next((w for refused, w in PROCESS_REFUSALS if refused(r.args)), None) or \
+            (gpu_refusal(r.args, backend, info, procs=k) if info else None)
         if why:
             notes.append((r.suite, r.name + MPI_SUFFIX, why))
         else:

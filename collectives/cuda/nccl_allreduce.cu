@@ -48,12 +48,17 @@ std::string version_str(int v) {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(v % 100);
 }
 
+// How many ranks of one communicator NCCL `version` lets share a GPU with this environment.
+int ranks_per_gpu_allowed(int version) {
+  const char* env = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  const bool enabled = env && std::string(env) == "1";
+  return version >= kSharedGpuMinVersion && enabled ? kMaxRanksPerGpu : 1;
+}
+
 // "" when NCCL accepts k ranks with up to `most` on one of `gpus` GPUs, else why not.
 std::string shared_gpu_refusal(int k, int gpus, int most, int version) {
   const char* env = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
-  const bool enabled = env && std::string(env) == "1";
-  if (most <= 1 || (version >= kSharedGpuMinVersion && enabled && most <= kMaxRanksPerGpu))
-    return "";
+  if (most <= ranks_per_gpu_allowed(version)) return "";
   return std::to_string(k) + " ranks on " + std::to_string(gpus) + " GPU(s), up to " +
          std::to_string(most) + " on one GPU: NCCL refuses ranks sharing a GPU before 2.30 "
          "(\"Duplicate GPU detected\"); from 2.30 it allows at most " +
@@ -208,6 +213,11 @@ std::string nccl_refuse_ranks(int k) {
   int version = 0;
   if (ngpu == 0 || ncclGetVersion(&version) != ncclSuccess) return "";  // the backend says why
   return shared_gpu_refusal(k, std::min(k, ngpu), (k + ngpu - 1) / ngpu, version);
+}
+
+int nccl_max_ranks_per_gpu() {
+  int version = 0;
+  return ncclGetVersion(&version) == ncclSuccess ? ranks_per_gpu_allowed(version) : 1;
 }
 
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group) {

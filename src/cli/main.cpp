@@ -8,6 +8,7 @@
 //   dpbench selftest        # every op and a 2-rank all-reduce per device vs the CPU reference
 // Every invalid argument is refused before any work starts, with a message naming it.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -120,8 +121,24 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
   return 0;
 }
 
+// machine_info() and, for planners (scripts/suitelib.py), each all-reduce algorithm's backends,
+// launchers and the most ranks it lets share one GPU (null: any).
 int run_info() {
-  std::fputs((machine_info().dump(2) + "\n").c_str(), stdout);
+  nlohmann::ordered_json j = machine_info(), algs = nlohmann::ordered_json::array();
+  for (const AllReduceEntry& e : allreduce_algorithms()) {
+    nlohmann::ordered_json runs_on = nlohmann::ordered_json::array(), launchers = runs_on;
+    for (const BackendEntry& b : backends())
+      if (e.runs_on.empty() || std::count(e.runs_on.begin(), e.runs_on.end(), b.kind))
+        runs_on.push_back(b.name);
+    if (e.launchers & AllReduceEntry::kThreads) launchers.push_back("threads");
+    if (e.launchers & AllReduceEntry::kProcesses) launchers.push_back("processes");
+    algs.push_back({{"name", e.name}, {"runs_on", runs_on}, {"launchers", launchers},
+                    {"max_ranks_per_gpu", e.max_ranks_per_gpu
+                                              ? nlohmann::ordered_json(e.max_ranks_per_gpu())
+                                              : nlohmann::ordered_json()}});
+  }
+  j["allreduce_algorithms"] = algs;
+  std::fputs((j.dump(2) + "\n").c_str(), stdout);
   return 0;
 }
 

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""gpu_plan_test.py BUILD_DIR: CI's check that ./run_all.sh plans a GPU machine's run so that
+nothing in it is refused for lack of GPUs (issue 24), on this CPU machine, with fake GPU counts
+(DPB_FAKE_GPUS, --dry-run only):
+  - one GPU: no NCCL run of more than one rank (NCCL < 2.30 refuses ranks sharing a GPU), as
+    threads or processes; each is left out with a note; 8 GPUs: the sync suite's NCCL runs are in;
+  - the CUDA microbenchmarks' ranks stop at max(2, GPUs) unless --devices asks for more;
+  - the peers that need a GPU per rank (pytorch-ddp, jax) are left out where k > GPUs, and the
+    PyTorch/JAX peers get dpbench's float32 math (--tf32 only when the dpbench run has it);
+  - with GPUs that nvidia-smi lists (a stub on PATH) but dpbench cannot use, ./run_all.sh stops
+    and says why and how to go on (DPB_BACKEND=cpu), and `dpbench info` names the CUDA error.
+A few seconds. Run: python3 scripts/gpu_plan_test.py build
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import suitelib  # noqa: E402
+
+BUILD = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else os.path.join(ROOT, "build")
+PLAN_LINE = re.compile(r"^\[\d+/\d+\] (\S+?)/(\S+): (.*)$")
+
+
+def run_all(*args, fake=None, env=None, path_prefix=None):
+    e = dict(os.environ, DPB_BUILD_DIR=BUILD)
+    for k in ("DPB_FAKE_GPUS", "DPB_BACKEND"):
+        e.pop(k, None)
+    if fake:
+        e["DPB_FAKE_GPUS"] = str(fake)
+    if path_prefix:
+        e["PATH"] = path_prefix + os.pathsep + e["PATH"]
+    e.update(env or {})
+    return subprocess.run([os.path.join(ROOT, "run_all.sh"), "--dry-run", *args], cwd=ROOT,
+                          env=e, capture_output=True, text=True, timeout=300)
+
+
+def train_lines(out):
+    """(suite, scenario, args list, procs) of every training run in a dry run's plan."""
+    runs = []
+    for line in out.splitlines():
+        m = PLAN_LINE.match(line)
+        if not m or "dpbench-micro" in m.group(3) or " peer " in line:
+            continue
+        text, procs = m.group(3), 0
+        pm = re.match(r"mpirun -np (\d+) dpbench train (.*)", text)
+        if pm:
+            procs, text = int(pm.group(1)), pm.group(2)
+        runs.append((m.group(1), m.group(2), text.split(), procs))
+    return runs
+
+
+def micro_ranks(out):
+    return re.findall(r"micro: dpbench-micro .*--dpb_ranks=([0-9,]+)", out)
+
+
+class FakeGpuPlan(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.access(os.path.join(BUILD, "dpbench"), os.X_OK):
+            raise unittest.SkipTest(f"{BUILD}/dpbench not built")
+        cls.info = json.loads(subprocess.run([os.path.join(BUILD, "dpbench"), "info"],
+                                             capture_output=True, text=True).stdout)
+
+    def test_info_lists_the_allreduce_properties(self):
+        algs = {a["name"]: a for a in self.info["allreduce_algorithms"]}
+        self.assertEqual(algs["nccl"]["runs_on"], ["cuda"])
+        self.assertEqual(algs["nccl"]["max_ranks_per_gpu"], 1)  # NCCL 2.28 here, or no NCCL
+        self.assertIsNone(algs["ring"]["max_ranks_per_gpu"])
+        self.assertEqual(algs["mpi"]["launchers"], ["processes"])
+
+    def test_one_gpu_plans_no_refused_run(self):
+        for extra in ((), ("--launcher", "both"), ("--quick",)):
+            r = run_all(*extra, fake=1)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("FAKE (DPB_FAKE_GPUS=1", r.stdout)
+            runs = train_lines(r.stdout)
+            self.assertTrue(runs, r.stdout)
+            nccl = [x for x in runs if suitelib.arg_value(x[2], "--allreduce") == "nccl"]
+            for suite, name, args, procs in runs:  # the test's oracle: NCCL, one rank per GPU
+                if suitelib.arg_value(args, "--allreduce") == "nccl":
+                    self.assertLessEqual(int(suitelib.arg_value(args, "--devices", "1")), 1,
+                                         f"{suite}/{name} {extra}")
+            self.assertFalse(nccl, nccl)  # sync's NCCL runs are all at --devices max (4)
+            self.assertRegex(r.stdout, r"note: sync: 6 run\(s\) left out, --allreduce nccl "
+                             r"refuses 4 ranks on one GPU \(4 ranks, 1 GPU\(s\)")
+            self.assertIn("lenet-nccl-fused-off", r.stdout)
+
+    def test_eight_gpus_plan_the_nccl_runs(self):
+        r = run_all("--launcher", "both", fake=8)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        nccl = [(s, n, p) for s, n, a, p in train_lines(r.stdout)
+                if suitelib.arg_value(a, "--allreduce") == "nccl"
+                and suitelib.arg_value(a, "--devices") == "4"]
+        self.assertEqual(len([x for x in nccl if x[2] == 0]), 6, r.stdout)
+        if shutil.which("mpirun"):  # the -mpi twins (else left out: no mpirun)
+            self.assertEqual(len([x for x in nccl if x[2] == 4]), 6, r.stdout)
+        self.assertNotIn("refuses", r.stdout)
+
+    def test_fake_gpus_only_with_dry_run(self):
+        e = dict(os.environ, DPB_FAKE_GPUS="1", DPB_BUILD_DIR=BUILD)
+        r = subprocess.run([os.path.join(ROOT, "run_all.sh"), "--no-build"], cwd=ROOT, env=e,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--dry-run only", r.stderr)
+
+
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
