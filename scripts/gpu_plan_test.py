@@ -22,6 +22,7 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import peerlib  # noqa: E402
 import suitelib  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else os.path.join(ROOT, "build")
@@ -110,6 +111,27 @@ class FakeGpuPlan(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("--dry-run only", r.stderr)
 
+
+
+class PeerPlan(unittest.TestCase):
+    def suite_runs(self, gpus):
+        suite = suitelib.load_suite("d2l-lenet")
+        info = suitelib.effective_info({"cuda_devices": gpus, "allreduce_algorithms": []})
+        runs, _ = suitelib.expand_runs(suite, False, "cuda", [1, 2, 4], info=info)
+        available = {p.impl: "" for p in peerlib.PEERS}
+        return peerlib.plan(suite, runs, available, "cuda", gpus)
+
+    def test_gpu_per_rank_peers_need_the_gpus(self):
+        planned, notes = self.suite_runs(1)
+        self.assertFalse([(p.peer.impl, p.name) for p in planned
+                          if int(suitelib.arg_value(p.args, "--devices")) > 1])
+        self.assertTrue([p for p in planned if p.peer.impl == "pytorch"])
+        self.assertTrue(any("needs 2 GPUs, one per rank; this machine has 1" in n[2]
+                            for n in notes), notes)
+        planned, notes = self.suite_runs(8)
+        ks = {(p.peer.impl, suitelib.arg_value(p.args, "--devices")) for p in planned}
+        self.assertTrue({("pytorch-ddp", "2"), ("jax", "2"), ("pytorch-ddp", "4")} <= ks, ks)
+        self.assertFalse([n for n in notes if "GPUs" in n[2]], notes)
 
 
 

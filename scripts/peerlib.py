@@ -42,6 +42,7 @@ class Peer:
     probe: str  # python code that exits 0 when the framework works ("" for the MPI peer)
     install: str
     gpu_only: bool = False
+    gpu_per_rank: bool = False  # on CUDA each rank needs a GPU of its own (NCCL, pmap)
     min_devices: int = 1
     max_devices: int = 1 << 30
     models: tuple = ("lenet", "resnet18")
@@ -65,11 +66,14 @@ class Peer:
             return f"not usable with {peer_python()} ({last}): {self.install}"
         return ""
 
-    def mirrors(self, args, backend):
-        """'' when this peer can repeat the dpbench run with these arguments, else why not."""
+    def mirrors(self, args, backend, gpus=None):
+        """'' when this peer can repeat the dpbench run with these arguments on a machine with
+        `gpus` GPUs (None: not known), else why not."""
         model, k = arg_value(args, "--model", "lenet"), int(arg_value(args, "--devices", "1"))
         if self.gpu_only and backend != "cuda":
             return "GPU only"
+        if backend == "cuda" and self.gpu_per_rank and gpus is not None and k > gpus:
+            return f"needs {k} GPUs, one per rank; this machine has {gpus}"
         if model not in self.models:
             return f"no {model} peer"
         if not self.min_devices <= k <= self.max_devices:
@@ -83,10 +87,11 @@ PEERS = (
     Peer("pytorch", "pytorch", "train", "PyTorch, one device: d2l 12.5 LeNet / 12.6 ResNet-18 "
          "(peers/torch_train.py)", "import torch", TORCH_HINT, max_devices=1),
     Peer("pytorch-ddp", "pytorch", "train", "PyTorch DistributedDataParallel, K processes, Gloo "
-         "(CPU) or NCCL (GPU) (peers/torch_train.py)", "import torch", TORCH_HINT, min_devices=2),
+         "(CPU) or NCCL (GPU) (peers/torch_train.py)", "import torch", TORCH_HINT,
+         gpu_per_rank=True, min_devices=2),  # DDP over NCCL refuses two ranks on one GPU
     Peer("jax", "jax", "train", "JAX pmap LeNet on K GPUs (peers/jax_lenet.py)",
          "import jax; assert jax.default_backend() == 'gpu'", JAX_HINT, gpu_only=True,
-         models=("lenet",)),
+         gpu_per_rank=True, models=("lenet",)),  # pmap over K devices needs K GPUs
     Peer("openmpi", "openmpi", "micro", "OpenMPI MPI_Allreduce, K processes "
          "(peers/mpi_allreduce.c)", "", MPI_HINT),
 )
@@ -117,8 +122,9 @@ def check_available(backend):
     return ok, missing
 
 
-def plan(suite, runs, available, backend):
-    """PeerRuns for a suite's expanded dpbench runs, and notes on what is not mirrored."""
+def plan(suite, runs, available, backend, gpus=None):
+    """PeerRuns for a suite's expanded dpbench runs, and notes on what is not mirrored; gpus: the
+    machine's GPU count (`dpbench info` cuda_devices; None: not known)."""
     out, notes = [], []
     globs = suite.peer_runs
     for run in runs:
@@ -126,7 +132,7 @@ def plan(suite, runs, available, backend):
             continue
         for p in PEERS:
             if p.kind == "train" and p.impl in available:
-                why = p.mirrors(run.args, backend)
+                why = p.mirrors(run.args, backend, gpus)
                 if not why:
                     out.append(PeerRun(p, suite.name, run.name, run.args))
                 elif "device" not in why:  # a peer for other device counts: no news

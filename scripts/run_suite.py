@@ -336,7 +336,8 @@ class Runner:
             plan += [("train", r) for r in launched]
             notes += n + n2
             if a.peers:
-                peer_runs, n = peerlib.plan(s, runs, available, a.backend)
+                peer_runs, n = peerlib.plan(s, runs, available, a.backend,
+                                            self.info.get("cuda_devices"))
                 plan += [("peer", p) for p in peer_runs]
                 notes += n
                 if s.peer_micro and s.micro and "openmpi" in available:
