@@ -56,7 +56,7 @@ Suites and their runs: scripts/run_suite.py list
 EOF
 }
 
-mode="" devices="1,2,4" out="" out_given=0 build_ok=1 peers="" launcher=threads
+mode="" devices="1,2,4" devices_given=0 out="" out_given=0 build_ok=1 peers="" launcher=threads
 dry_run=0
 suites=()
 while (($#)); do
@@ -67,8 +67,8 @@ while (($#)); do
              suites+=("$2"); shift ;;
     --suite=*) suites+=("${1#*=}") ;;
     --devices) [ $# -ge 2 ] || { echo "run_all.sh: --devices needs a list" >&2; exit 2; }
-               devices=$2; shift ;;
-    --devices=*) devices=${1#*=} ;;
+               devices=$2; devices_given=1; shift ;;
+    --devices=*) devices=${1#*=}; devices_given=1 ;;
     --out) [ $# -ge 2 ] || { echo "run_all.sh: --out needs a folder" >&2; exit 2; }
            out=$2; out_given=1; shift ;;
     --out=*) out=${1#*=}; out_given=1 ;;
@@ -201,15 +201,19 @@ run_id="$(date -u +%Y%m%dT%H%M%SZ)-$commit$suffix"
 out=${out:-results/$run_id}
 if ((dry_run)); then
   step "plan (--dry-run: nothing runs, $out is not written)"
+  devices_arg=()
+  ((devices_given)) && devices_arg=(--devices "$devices")
   python3 scripts/run_suite.py run --dry-run --out "$out" --"$mode" --backend "$backend" \
-    --devices "$devices" --bin "$BUILD/dpbench" ${suite_list:+--suite "$suite_list"} \
+    "${devices_arg[@]}" --bin "$BUILD/dpbench" ${suite_list:+--suite "$suite_list"} \
     --info "$info" --invocation "$INVOCATION" --launcher "$launcher" $peers
   exit $?
 fi
 mkdir -p "$out"
 step "microbenchmarks and suites -> $out"
+devices_arg=()
+((devices_given)) && devices_arg=(--devices "$devices")  # given: micro ranks may pass the GPUs
 set +e
-python3 scripts/run_suite.py run --out "$out" --"$mode" --backend "$backend" --devices "$devices" \
+python3 scripts/run_suite.py run --out "$out" --"$mode" --backend "$backend" "${devices_arg[@]}" \
   --bin "$BUILD/dpbench" ${suite_list:+--suite "$suite_list"} --info "$info" \
   --invocation "$INVOCATION" --launcher "$launcher" $peers
 rc=$?

@@ -104,6 +104,13 @@ class FakeGpuPlan(unittest.TestCase):
             self.assertEqual(len([x for x in nccl if x[2] == 4]), 6, r.stdout)
         self.assertNotIn("refuses", r.stdout)
 
+    def test_cuda_micro_ranks_stop_at_the_gpus(self):
+        self.assertEqual(micro_ranks(run_all("--suite", "micro", fake=1).stdout), ["1,2"])
+        self.assertEqual(micro_ranks(run_all("--suite", "micro", fake=8).stdout), ["1,2,4,8"])
+        self.assertEqual(micro_ranks(run_all("--suite", "micro", fake=4).stdout), ["1,2,4"])
+        asked = run_all("--suite", "micro", "--devices", "1,2,4", fake=1).stdout
+        self.assertEqual(micro_ranks(asked), ["1,2,4"], asked)  # --devices asks for more
+
     def test_fake_gpus_only_with_dry_run(self):
         e = dict(os.environ, DPB_FAKE_GPUS="1", DPB_BUILD_DIR=BUILD)
         r = subprocess.run([os.path.join(ROOT, "run_all.sh"), "--no-build"], cwd=ROOT, env=e,

@@ -41,7 +41,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peerlib  # noqa: E402
 from suitelib import (ROOT, append_suite_csv, effective_info, expand_runs,  # noqa: E402
-                      load_suite, mpi_twins, read_rows, suite_names, write_json)
+                      load_suite, micro_args, mpi_twins, read_rows, suite_names, write_json)
 from summary import write_summary  # noqa: E402
 
 
@@ -224,10 +224,14 @@ class Runner:
         self.manifest["commands"].append(entry)
         self.save()
 
+    def micro_args(self, suite):
+        a = self.a
+        return micro_args(suite, a.backend, a.quick, self.info,
+                          a.devices if a.devices_given else ())
+
     def run_micro(self, suite, n, total):
         a = self.a
-        key = a.backend + (".quick" if a.quick else "")
-        args = suite.micro.get(key) or suite.micro.get(a.backend)
+        args = self.micro_args(suite)
         print(f"[{n}/{total} {self.elapsed()}] {suite.name}: dpbench-micro {args or ''}",
               flush=True)
         if args is None:
@@ -360,7 +364,7 @@ class Runner:
         if a.dry_run:
             for n, (kind, item) in enumerate(plan, 1):
                 print(f"[{n}/{total}] " + {
-                    "micro": lambda: f"{item.name}: dpbench-micro",
+                    "micro": lambda: f"{item.name}: dpbench-micro {self.micro_args(item) or ''}",
                     "train": lambda: f"{item.suite}/{item.name}: " + (
                         f"mpirun -np {item.procs} dpbench train " if item.procs else "") +
                     " ".join(item.args),
@@ -414,7 +418,8 @@ def main(argv=None):
     m = r.add_mutually_exclusive_group()
     m.add_argument("--quick", dest="quick", action="store_true", default=True)
     m.add_argument("--full", dest="quick", action="store_false")
-    r.add_argument("--devices", default="1,2,4")
+    r.add_argument("--devices", default=None, help="device counts (default 1,2,4); given, the "
+                   "CUDA microbenchmarks' rank counts may go beyond the GPUs up to the largest")
     r.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
     r.add_argument("--bin", default=os.path.join(ROOT, "build", "dpbench"))
     r.add_argument("--micro-bin", default=None)
@@ -467,11 +472,12 @@ def main(argv=None):
     a.suite = [x for s in a.suite for x in s.split(",") if x] or default
     for sname in a.suite:
         load_suite(sname)  # unknown names fail before any work
+    a.devices_given = a.devices is not None
     if os.environ.get("DPB_FAKE_GPUS") and not a.dry_run:
         raise SystemExit("run_suite: DPB_FAKE_GPUS plans for a machine that is not this one; it "
                          "is for --dry-run only")
     try:
-        a.devices = sorted({int(x) for x in a.devices.split(",") if x})
+        a.devices = sorted({int(x) for x in (a.devices or "1,2,4").split(",") if x})
     except ValueError:
         raise SystemExit(f"run_suite: --devices wants a comma list of counts, got '{a.devices}'")
     if not a.devices or min(a.devices) < 1:

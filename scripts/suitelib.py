@@ -201,6 +201,29 @@ def expand_runs(suite, quick, backend, devices, extra=(), info=None):
     return runs, notes
 
 
+MICRO_DEFAULT_RANKS = (1, 2, 4, 8)  # dpbench-micro's --dpb_ranks when not given (bench/main.cpp)
+
+
+def micro_args(suite, backend, quick, info=None, devices_asked=()):
+    """The suite's dpbench-micro arguments for a mode (None: it has none). On CUDA, given `dpbench
+    info`, its rank counts (--dpb_ranks) stop at max(2, GPUs), or at the largest count --devices
+    asked for when that is more: ranks beyond the GPUs share them, and an all-reduce of 8 ranks on
+    one H200 cost ~600 us a call at every size (the sweep was not done after 4 minutes)."""
+    args = suite.micro.get(backend + (".quick" if quick else "")) or suite.micro.get(backend)
+    if args is None or backend != "cuda" or not info:
+        return args
+    cap = max([2, int(info.get("cuda_devices", 0))] + list(devices_asked))
+    toks = shlex.split(args)
+    given = [t for t in toks if t.startswith("--dpb_ranks=")]
+    ranks = [int(x) for x in given[-1].split("=", 1)[1].split(",") if x] if given \
+        else list(MICRO_DEFAULT_RANKS)
+    kept = [r for r in ranks if r <= cap] or [min(ranks)]
+    if kept == ranks and given:
+        return args
+    return " ".join(shlex.quote(t) for t in toks if not t.startswith("--dpb_ranks=")) + \
+        " --dpb_ranks=" + ",".join(map(str, kept))
+
+
 MPI_SUFFIX = "-mpi"  # scenario name of a run's process-mode twin
 # Flag combinations `dpbench train` refuses in process mode (src/train/trainer.cpp validate):
 # (predicate over the args, why). A twin that one refuses is left out with the note.
