@@ -31,6 +31,8 @@ def parser(about, models=("lenet", "resnet18"), procs=False):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=0, help="CPU math threads per process "
                    "(default: cores / processes)")
+    p.add_argument("--tf32", action="store_true", help="float32 convolutions and matmuls in TF32 "
+                   "on GPUs, as dpbench's --tf32; default: strict FP32, as dpbench's default")
     if procs:
         p.add_argument("--devices", type=int, default=1, help="processes (one per device)")
     return p
@@ -68,6 +70,11 @@ def shard(lo_hi_batch, k, rank):
     q, r = divmod(n, k)
     begin = rank * q + min(rank, r)
     return begin, begin + q + (1 if rank < r else 0)
+
+
+def math_mode(a):
+    """The float32 math the peer asked its framework for: "tf32" or "fp32" (strict)."""
+    return "tf32" if a.tf32 else "fp32"
 
 
 def threads(a, procs=1):

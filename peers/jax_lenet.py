@@ -61,11 +61,13 @@ def step(p, x, y, lr, gb):
 def main():
     a = common.parser(__doc__.split("\n")[0], models=("lenet",), procs=True).parse_args()
     k = a.devices
+    # dpbench's float32 math: strict FP32 unless --tf32 (JAX's GPU default is TF32)
+    jax.config.update("jax_default_matmul_precision", "tensorfloat32" if a.tf32 else "float32")
     if jax.device_count() < k:
         raise SystemExit(f"jax_lenet: {k} devices requested, jax sees {jax.device_count()} "
                          f"({jax.devices()})")
-    print(f"jax_lenet: pmap over {k} x {jax.devices()[0].device_kind}, jax {jax.__version__}",
-          flush=True)
+    print(f"jax_lenet: pmap over {k} x {jax.devices()[0].device_kind}, jax {jax.__version__}, "
+          f"{common.math_mode(a)} math", flush=True)
     Xtr, ytr, Xte, yte = common.load(a.data_dir, a.train_limit, a.test_limit)
     ytr, yte = ytr.astype(np.int32), yte.astype(np.int32)
     state = jax.tree_util.tree_map(lambda x: jnp.stack([x] * k), init(a.seed))
@@ -90,7 +92,7 @@ def main():
                                             == yte[i:i + 1000] for i in range(0, len(Xte), 1000)])))
         common.report(ep + 1, float(loss) / steps, float(correct) / seen, acc, dt, seen,
                       train_examples=n,
-                      test_examples=len(Xte), jax=jax.__version__)
+                      test_examples=len(Xte), jax=jax.__version__, math=common.math_mode(a))
 
 
 if __name__ == "__main__":

@@ -140,6 +140,20 @@ class PeerPlan(unittest.TestCase):
         self.assertTrue({("pytorch-ddp", "2"), ("jax", "2"), ("pytorch-ddp", "4")} <= ks, ks)
         self.assertFalse([n for n in notes if "GPUs" in n[2]], notes)
 
+    def test_peers_get_dpbench_math(self):
+        pr = peerlib.PeerRun(peerlib.BY_IMPL["pytorch"], "d2l-lenet", "x",
+                             ["--model", "lenet", "--devices", "1"])
+        self.assertNotIn("--tf32", peerlib.train_command(pr, "cuda", ""))
+        self.assertEqual(peerlib.math_mode(pr.args, "cuda"), "fp32")
+        pr.args = pr.args + ["--tf32"]
+        self.assertIn("--tf32", peerlib.train_command(pr, "cuda", ""))
+        self.assertEqual(peerlib.math_mode(pr.args, "cuda"), "tf32")
+        self.assertNotIn("--tf32", peerlib.train_command(pr, "cpu", ""))  # no TF32 on a CPU
+        for script in ("torch_train.py", "jax_lenet.py"):  # both turn the framework's TF32 off
+            with open(os.path.join(ROOT, "peers", script)) as f:
+                src = f.read()
+            self.assertRegex(src, r"allow_tf32 = tf32|\"tensorfloat32\" if a.tf32 else "
+                             r"\"float32\"", script)
 
 
 if __name__ == "__main__":

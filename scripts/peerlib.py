@@ -141,6 +141,12 @@ def plan(suite, runs, available, backend, gpus=None):
     return out, notes
 
 
+def math_mode(args, backend):
+    """The float32 math of a dpbench run, which its peers repeat: dpbench is strict FP32 unless
+    --tf32 (cuDNN/cuBLAS tensor-op math on GPUs); the CPU backend has no TF32."""
+    return "tf32" if backend == "cuda" and "--tf32" in args else "fp32"
+
+
 def train_command(pr, backend, data_dir):
     a = pr.args
     script = "jax_lenet.py" if pr.peer.impl == "jax" else "torch_train.py"
@@ -154,6 +160,8 @@ def train_command(pr, backend, data_dir):
         threads = arg_value(a, "--threads")
         if threads:
             cmd += ["--threads", threads]
+    if math_mode(a, backend) == "tf32":  # else the peer turns its framework's TF32 off
+        cmd += ["--tf32"]
     if data_dir:
         cmd += ["--data-dir", data_dir]
     return cmd
@@ -284,7 +292,8 @@ def run_train_peer(runner, pr, n, total):
         from suitelib import append_rows
         append_rows(suite_csv, rows, fallback_columns())
     entry = {"suite": pr.suite, "scenario": pr.name, "impl": pr.peer.impl, "cmd": cmd, "rc": rc,
-             "wall_s": round(wall, 2), "log": os.path.relpath(log, runner.out)}
+             "wall_s": round(wall, 2), "log": os.path.relpath(log, runner.out),
+             "math": math_mode(pr.args, a.backend)}
     _finish(runner, entry, rc, wall, tail, f"{len(rows)} epoch rows -> {suite_csv}")
 
 

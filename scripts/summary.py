@@ -83,8 +83,11 @@ def suite_table(rows, cols):
     return table
 
 
-def peer_table(rows):
-    """dpbench's run beside each peer's repeat of it: epoch times, their ratio, accuracies."""
+def peer_table(rows, math=None):
+    """dpbench's run beside each peer's repeat of it: epoch times, their ratio, accuracies; the
+    peer's float32 math (fp32 | tf32, from the manifest: math[(suite, scenario, impl)]) after
+    its name."""
+    math = math or {}
     ours = {r["scenario"]: r for r in rows if r["impl"] == "dpbench"}
     table = [("scenario", "k", "peer", "dpbench epoch s", "peer epoch s", "peer/dpbench",
               "dpbench final/best acc", "peer final/best acc", "dpbench t->target",
@@ -96,7 +99,9 @@ def peer_table(rows):
         ratio = p["epoch_s"] / d["epoch_s"] if p["epoch_s"] and d["epoch_s"] else None
         tt = lambda r: fmt(r["time_to_target_s"], ".1f") + " s" if r["time_to_target_s"] \
             is not None else ("-" if r["target_acc"] is None else "never")
-        table.append((p["scenario"], str(p["devices"]), p["impl"], fmt(d["epoch_s"], ".2f"),
+        mode = math.get((p["suite"], p["scenario"], p["impl"]))
+        table.append((p["scenario"], str(p["devices"]), p["impl"] + (f" ({mode})" if mode else ""),
+                      fmt(d["epoch_s"], ".2f"),
                       fmt(p["epoch_s"], ".2f"), fmt(ratio, ".2f") + "x",
                       f"{d['final_acc']:.3f}/{d['best_acc']:.3f}",
                       f"{p['final_acc']:.3f}/{p['best_acc']:.3f}", tt(d), tt(p)))
@@ -161,7 +166,8 @@ def summary_text(out_dir, rows):
         sr = [r for r in rows if r["suite"] == suite]
         lines += ["", f"== {suite}"] + render(suite_table([r for r in sr if r["impl"] ==
                                                             "dpbench"], cols))
-        peers = peer_table(sr)
+        peers = peer_table(sr, {(c.get("suite"), c.get("scenario"), c.get("impl")): c["math"]
+                                for c in manifest.get("commands", []) if c.get("math")})
         if peers:
             lines += ["", f"   {suite}: peers on the same data and recipe, in this run"]
             lines += ["   " + line for line in render(peers)]
