@@ -46,7 +46,8 @@ usage: ./run_all.sh [--quick | --full] [--suite NAME]... [--devices LIST] [--pee
                   those this machine's GPUs would refuse) and exit 0; builds nothing, runs nothing
   -h, --help      this text
 
-Environment: DPB_BUILD_DIR (default build), DPB_BACKEND=cpu|cuda to override the detection,
+Environment: DPB_BUILD_DIR (default build), DPB_BACKEND=cpu|cuda to override the detection (cpu:
+also when nvidia-smi lists GPUs that dpbench cannot use, which otherwise stops the run),
 DPB_PEER_PYTHON (default /usr/bin/python3: Debian's, which sees python3-torch), DPB_FAKE_GPUS=N
 (with --dry-run: plan as on a CUDA machine with N GPUs; for tests).
 At the end the run is compared with the committed baselines of its backend that share suites with
@@ -161,14 +162,28 @@ import json, sys
 i = json.loads(sys.argv[1])
 print(i["cpu"].replace(" ", "_"), i["cores"], str(i["cuda_built"]).lower(), i["cuda_devices"],
       i["default_backend"])' "$info")
+cuda_error=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1]).get("cuda_error", ""))' \
+  "$info")
 echo "CPU: ${cpu//_/ }, $cores cores"
+smi_gpus=$( (command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null) | grep -c '^GPU ' || true)
 if [ -n "${DPB_FAKE_GPUS:-}" ]; then
   echo "CUDA backend: FAKE (DPB_FAKE_GPUS=$DPB_FAKE_GPUS, --dry-run): planning as on $ngpu GPU(s)"
 elif [ "$cuda_built" = true ]; then
-  echo "CUDA backend: built (cuDNN, cuBLAS, NCCL); GPUs found: $ngpu"
+  echo "CUDA backend: built (cuDNN, cuBLAS, NCCL); GPUs found: $ngpu${cuda_error:+ ($cuda_error)}"
   command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | sed 's/^/  /' || true
 else
   echo "CUDA backend: not built (no nvcc at build time)"
+fi
+# GPUs that nvidia-smi lists but dpbench cannot use (an old driver, a build without CUDA): stop
+# rather than run quick mode on the CPU as if the machine had none.
+if [ -z "${DPB_BACKEND:-}" ] && [ -z "${DPB_FAKE_GPUS:-}" ] && ((ngpu == 0 && smi_gpus > 0)); then
+  {
+    echo "run_all.sh: nvidia-smi lists $smi_gpus GPU(s), but $BUILD/dpbench cannot use them:"
+    echo "  ${cuda_error:-dpbench info reports no GPU}"
+    nvidia-smi -L 2>/dev/null | sed 's/^/  nvidia-smi: /'
+    echo "Fix that (dpbench selftest says more), or run on the CPU anyway: DPB_BACKEND=cpu $INVOCATION"
+  } >&2
+  exit 1
 fi
 backend=${DPB_BACKEND:-$backend}
 if [ "$backend" = cuda ]; then
@@ -180,7 +195,7 @@ if [ "$backend" = cuda ]; then
       "shared_gpu (not scaling figures)"
   fi
 else
-  why=$([ "$cuda_built" = true ] && echo "no GPU found" || echo "no CUDA build")
+  why=$([ "$cuda_built" = true ] && echo "${cuda_error:-no GPU found}" || echo "no CUDA build")
   echo "note: k devices are k threads sharing the $cores cores (cores/k math threads each): a" \
     "speedup here compares k ranks with one rank using every core, synchronization included;" \
     "it is not multi-device scaling"

@@ -118,6 +118,24 @@ class FakeGpuPlan(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("--dry-run only", r.stderr)
 
+    def test_gpus_dpbench_cannot_use_stop_the_run(self):
+        if self.info.get("cuda_devices", 0) > 0:
+            self.skipTest("dpbench sees a GPU here: nothing to fake")
+        self.assertTrue(self.info.get("cuda_error"), self.info)  # why it sees none
+        with tempfile.TemporaryDirectory() as d:
+            smi = os.path.join(d, "nvidia-smi")
+            with open(smi, "w") as f:
+                f.write("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0000)'\n")
+            os.chmod(smi, 0o755)
+            r = run_all(path_prefix=d)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("nvidia-smi lists 1 GPU(s), but", r.stderr)
+            self.assertIn(self.info["cuda_error"], r.stderr)
+            self.assertIn("DPB_BACKEND=cpu ./run_all.sh --dry-run", r.stderr)
+            self.assertNotIn("plan (--dry-run", r.stdout)  # stopped before planning
+            r = run_all(path_prefix=d, env={"DPB_BACKEND": "cpu"})
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("plan (--dry-run", r.stdout)
 
 
 class PeerPlan(unittest.TestCase):

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "src/core/backends.h"
 #include "src/core/device.h"
 
 #ifndef DPB_VERSION
@@ -113,6 +114,7 @@ nlohmann::ordered_json machine_info() {
   j["cuda_built"] = cuda_built();
   j["cuda_devices"] = ngpu;
   j["default_backend"] = cuda_built() && ngpu > 0 ? "cuda" : "cpu";
+  if (ngpu == 0) j["cuda_error"] = backend_of_kind(BackendKind::Cuda).unavailable();
   const nlohmann::ordered_json cuda = cuda_info();  // a named object: items() refers to it
   for (const auto& [key, value] : cuda.items()) j[key] = value;
   const std::string nv = field("/proc/driver/nvidia/version", "NVRM version");

@@ -12,7 +12,9 @@
 namespace dpb {
 
 // Keys, in this order: cpu (model name), cores, memory_gib, os, compiler, build_type,
-// dpbench_version, git_commit, onednn_version, cuda_built, cuda_devices, default_backend, then
+// dpbench_version, git_commit, onednn_version, cuda_built, cuda_devices, default_backend,
+// cuda_error (only without a usable GPU: why, e.g. "CUDA driver too old for this runtime: driver
+// 12.2, runtime 13.0 (...)" or "this dpbench was built without the CUDA backend ..."), then
 // with CUDA: cuda_architectures (built for), cuda_driver_version, cuda_runtime_version, cudnn_version, nccl_version,
 // cublas_version, nvidia_driver, gpus ([{name, memory_gib, compute_capability}]). A fact that
 // cannot be found is "unknown" (never a guess).
