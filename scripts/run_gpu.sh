@@ -5,8 +5,11 @@
 #   env           versions (GPU, driver, CUDA libraries found, dpbench info), an ldd check of
 #                 every binary and a dlopen check of the libraries loaded only at run time
 #                 (cuDNN's sub-libraries, NVRTC) -> $OUT/env.txt; fails when a library is missing
-#   test          every GoogleTest test (the CUDA ones run when a GPU is present) and the CLI and
-#                 NVTX checks -> $OUT/test.log, $OUT/gtest.xml
+#   test          every GoogleTest test (the CUDA ones run when a GPU is present; DPB_TEST_FILTER
+#                 narrows them, a --gtest_filter pattern) and the CLI and NVTX checks
+#                 -> $OUT/test.log, $OUT/gtest.xml
+#   check [ARGS]  the first-run check (scripts/gpu_check.sh --help; must be the last step): ~1-2
+#                 min on one H100/H200 -> $OUT/summary.txt, $OUT/gpucheck/, $OUT/gpucheck.tgz
 #   exec CMD ...  runs CMD in the same environment (must be the last step), e.g.
 #                 exec dpbench train --backend cuda --devices 1 --epochs 10 --csv $OUT/lenet.csv
 # Environment it sets: LD_LIBRARY_PATH (bundle lib/, the NVIDIA wheels' lib folders, the CUDA
@@ -19,7 +22,7 @@ set -uo pipefail
 B=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$B/out}
 mkdir -p "$OUT"
-[ $# -gt 0 ] || { sed -n '2,19p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,20p' "$0"; exit 2; }
 
 # oneDNN travels xz-compressed; python's lzma stands in where xz is missing.
 for z in "$B"/lib/*.xz; do
@@ -99,6 +102,7 @@ step_env() {
 check_dlopen() {
   local cudart major_cuda major_dnn
   cudart=$(ldd "$B/bin/dpbench" | awk '/libcudart\.so/ {print $1; exit}')
+  [ -n "$cudart" ] || { echo "  none: this dpbench was built without CUDA (cpu backend only)"; return 0; }
   major_cuda=${cudart##*.so.}
   major_dnn=$(ldd "$B/bin/dpbench" | awk '/libcudnn\.so/ {print $1; exit}'); major_dnn=${major_dnn##*.so.}
   [ -n "$PY" ] || { echo "no python found: dlopen check skipped (set DPB_PYTHON)"; return 1; }
@@ -124,7 +128,8 @@ PYEOF
 step_test() {
   local rc=0
   {
-    echo "== dpb_tests"; dpb_tests --gtest_output="xml:$OUT/gtest.xml" || rc=1
+    echo "== dpb_tests"
+    dpb_tests --gtest_filter="${DPB_TEST_FILTER:-*}" --gtest_output="xml:$OUT/gtest.xml" || rc=1
     echo "== cli_test"; "$B/tests/cli_test.sh" "$B/bin" || rc=1
     echo "== nvtx_test"; "$B/tests/nvtx/nvtx_test.sh" "$B/bin" || rc=1
   } >"$OUT/test.log" 2>&1
@@ -139,9 +144,11 @@ while [ $# -gt 0 ]; do
   case "$step" in
     env) step_env || { [ $status -ne 0 ] || status=1; } ;;
     test) step_test || { [ $status -ne 0 ] || status=1; } ;;
+    check) "$B/scripts/gpu_check.sh" --bundle "$B" --out "$OUT" "$@"; rc=$?
+           [ $status -ne 0 ] || status=$rc; break ;;
     exec) [ $# -gt 0 ] || { echo "run_gpu: exec needs a command"; exit 2; }
           "$@"; rc=$?; [ $status -ne 0 ] || status=$rc; break ;;
-    *) echo "run_gpu: unknown step '$step' (env, test, exec CMD...)"; exit 2 ;;
+    *) echo "run_gpu: unknown step '$step' (env, test, check [ARGS], exec CMD...)"; exit 2 ;;
   esac
 done
 exit $status

@@ -11,7 +11,8 @@ PKGS=(build-essential cmake ninja-build git zlib1g-dev libdnnl-dev ocl-icd-openc
       libbenchmark-tools libgtest-dev libcli11-dev nlohmann-json3-dev dataset-fashion-mnist
       python3 python3-matplotlib python3-numpy python3-scipy openmpi-bin libopenmpi-dev  # scipy: compare.py
       clang libclang-rt-dev  # clang + its libFuzzer/sanitizer runtimes: scripts/sanitize.sh fuzz
-      ccache)  # compiler cache: a rebuild of an unchanged file, in any clone, is a cache hit
+      ccache  # compiler cache: a rebuild of an unchanged file, in any clone, is a cache hit
+      xz-utils)  # scripts/gpu_bundle.sh compresses oneDNN (tests/bundle_test.sh)
 
 # DPB_PEERS=1: also PyTorch for the peers (./run_all.sh --peers; peers/README.md); a large download
 if [ "${DPB_PEERS:-0}" = 1 ]; then PKGS+=(python3-torch); fi
