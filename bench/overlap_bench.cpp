@@ -24,7 +24,8 @@
 //                      interval of that median (order statistics of the paired differences;
 //                      min and max below 6 pairs): two modes differ when their intervals do not
 //                      overlap
-//       comm_s         host time spent inside collective calls per step (rank 0)
+//       comm_s         the comm stream's time inside collective calls per step (rank 0;
+//                      GradSync's timer: CUDA events, the host clock on the CPU backend)
 //       calls          collective calls per step; batch: the global batch
 //     CPU: each rank's device gets max(1, cores / k) math threads (--dpb_cpu_threads overrides);
 //     with overlap the rank's communication thread competes with them for the cores, which is

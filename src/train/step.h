@@ -73,7 +73,8 @@ void broadcast_params(Replica& rep, CommGroup& group);
 
 // Data: n examples (uint8 pixels, labels) from the host into the replica's batch buffers.
 void load_batch(Replica& rep, const uint8_t* images, const uint8_t* labels, int n);
-// Examples idx[0..n) of split (gathered on the host, then load_batch), timed by data_timer.
+// Examples idx[0..n) of split: gathered on the host, then load_batch, which data_timer times
+// (the gather is not in it).
 void load_examples(Replica& rep, const Split& split, const int* idx, int n);
 
 // The step, in four parts. n: this rank's examples (may be 0: it then contributes zero
