@@ -4,22 +4,21 @@
 // Per shape the descriptors are made once; per direction the algorithm is chosen once, on first
 // use, by cudnnFind*AlgorithmEx on the real buffers (like PyTorch's cudnn.benchmark = True) within
 // a workspace of kFindWorkspace bytes, then reused. One workspace per device, grown as needed.
-// The search runs once per (GPU, tf32, direction, shape) for the whole process, under one lock,
-// after this rank's own stream has drained: ranks sharing a GPU share the result instead of
-// timing candidates against each other's searches. A shape that differs from a searched one only
-// in the batch size (the last, partial batch of an epoch) reuses that algorithm with its own
-// workspace size, so no search runs inside a timed epoch. Other ranks' kernels may still run
-// during a search on a shared GPU.
+// The search runs once per (GPU, tf32, direction, shape) for the whole process, after this
+// rank's own stream has drained: ranks sharing a GPU share the result. The cache, its per-GPU
+// locks (never held during a search: a search can wait for an NCCL kernel that waits for a peer
+// rank) and the reuse of another batch size's algorithm for the last, partial batch (no search
+// inside a timed epoch; re-searched for the exact shape if cuDNN refuses to run it) are in
+// conv_algo_cache.h. Other ranks' kernels may still run during a search on a shared GPU.
 // Math: CUDNN_FMA_MATH when tf32 is off (CUDNN_DEFAULT_MATH would let cuDNN use TF32 tensor cores
 // on Ampere and later); CUDNN_DEFAULT_MATH when tf32 is on, then the math type the found
 // algorithm was timed with (never ALLOW_CONVERSION, which may compute in FP16).
 #include <algorithm>
+#include <cstdio>
 #include <functional>
-#include <map>
-#include <mutex>
-#include <tuple>
 #include <vector>
 
+#include "kernels/cuda/conv_algo_cache.h"
 #include "kernels/cuda/cuda_device.h"
 
 namespace dpb {
@@ -59,47 +58,51 @@ const Perf& pick(const std::vector<Perf>& perf, int got, bool tf32, int dir, con
 }
 
 // The algorithms found so far, process-wide (shared by every CudaDevice on a GPU).
-struct Found {
-  int algo = -1;
-  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
-};
-using FindKey = std::tuple<int, bool, int, std::array<int, 9>>;  // gpu, tf32, direction, shape
-struct FoundCache {
-  std::mutex mu;  // held during a search: one search per GPU shape at a time, process-wide
-  std::map<FindKey, Found> found;
-};
-FoundCache& found_cache() {
-  static FoundCache c;
+ConvAlgoCache& algo_cache() {
+  static ConvAlgoCache c;
   return c;
 }
 
-// Picks direction dir's algorithm for plan p (see the header comment). find runs cudnnFind* and
+cudnnMathType_t base_math(bool tf32) { return tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH; }
+
+// Picks direction dir's algorithm for plan p (conv_algo_cache.h). find runs cudnnFind* and
 // returns the usable best; ws_size asks the workspace size of an algorithm for this shape.
+// exact_only: search for this very shape instead of reusing another batch size's algorithm.
 void choose_algo(CudnnConvPlan& p, const ConvShape& s, int dir, int gpu, bool tf32,
-                 const std::function<Found()>& find,
+                 bool exact_only, const std::function<ConvAlgo()>& find,
                  const std::function<cudnnStatus_t(int, size_t*)>& ws_size) {
-  const std::array<int, 9> shape{s.n, s.c, s.h, s.w, s.k, s.r, s.s, s.pad, s.stride};
-  FoundCache& cache = found_cache();
-  std::lock_guard<std::mutex> lk(cache.mu);
-  auto use = [&](const Found& f) {  // false: f does not support this shape
-    if (tf32) CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv[dir], f.math));
-    if (ws_size(f.algo, &p.ws[dir]) != CUDNN_STATUS_SUCCESS) return false;
-    p.algo[dir] = f.algo;
+  const ConvAlgoKey key{gpu, tf32, dir, {s.n, s.c, s.h, s.w, s.k, s.r, s.s, s.pad, s.stride}};
+  auto use = [&](const ConvAlgo& a) {  // false: a does not support this shape
+    if (tf32) CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv[dir], cudnnMathType_t(a.math)));
+    size_t ws = 0;
+    if (ws_size(a.algo, &ws) != CUDNN_STATUS_SUCCESS) return false;
+    p.algo[dir] = a.algo;
+    p.ws[dir] = ws;
     return true;
   };
-  const FindKey key{gpu, tf32, dir, shape};
-  if (auto it = cache.found.find(key); it != cache.found.end() && use(it->second)) return;
-  for (const auto& [k, f] : cache.found) {  // same shape but for the batch size
-    auto other = std::get<3>(k);
-    other[0] = s.n;
-    if (std::get<0>(k) == gpu && std::get<1>(k) == tf32 && std::get<2>(k) == dir &&
-        other == shape && use(f))
-      return;
+  auto search = [&] {  // from the math type the plan was made with, whatever use() tried
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv[dir], base_math(tf32)));
+    return find();
+  };
+  p.exact[dir] = choose_conv_algo(algo_cache(), key, exact_only, search, use).exact;
+}
+
+// Runs direction dir: exec() issues the cuDNN call with p.algo[dir] and returns its status. An
+// algorithm reused from another batch size that cuDNN refuses to run (FFT, Winograd: shapes
+// their workspace query accepted) is replaced by a search for this shape, once (rechoose).
+void run_conv(CudnnConvPlan& p, int dir, const ConvShape& s, const std::function<cudnnStatus_t()>& exec,
+              const std::function<void()>& rechoose, const char* call) {
+  cudnnStatus_t st = exec();
+  if (st != CUDNN_STATUS_SUCCESS && !p.exact[dir]) {
+    std::fprintf(stderr, "dpbench: cuDNN refused the %s algorithm %d reused from another batch "
+                         "size for %s (%s); searching for this shape\n",
+                 kDirName[dir], p.algo[dir], shape_str(s).c_str(), cudnnGetErrorString(st));
+    rechoose();
+    st = exec();
   }
-  const Found f = find();
-  DPB_CHECK(use(f), "cuDNN: the " << kDirName[dir] << " algorithm it found reports no workspace "
-                                  << "size for " << shape_str(s));
-  cache.found[key] = f;
+  if (st != CUDNN_STATUS_SUCCESS)
+    DPB_LIB_FAIL_("cuDNN", call << " (" << kDirName[dir] << " algorithm " << p.algo[dir] << ", "
+                               << shape_str(s) << ")", int(st), cudnnGetErrorString(st));
 }
 
 // Descriptors for shape s; tf32 picks the math type the algorithm search starts from.
@@ -114,7 +117,7 @@ void fill_conv_plan(CudnnConvPlan& p, const ConvShape& s, bool tf32) {
   // DEFAULT lets cuDNN use TF32 tensor cores on sm_80 and later (as PyTorch does with
   // allow_tf32); ALLOW_CONVERSION would also let it convert float32 to FP16, whose range loses
   // the ~1e-5 gradients of a 1/batch-scaled loss.
-  cudnnMathType_t math = tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  const cudnnMathType_t math = base_math(tf32);
   for (cudnnConvolutionDescriptor_t& c : p.conv) {
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&c));
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(c, s.pad, s.pad, s.stride, s.stride, 1, 1,
@@ -167,7 +170,7 @@ void CudaDevice::conv2d_forward(const ConvShape& s, const float* x, const float*
                                 float* y) {
   bind();
   CudnnConvPlan& p = conv_plan(s);
-  if (p.algo[0] < 0) {
+  auto choose = [&](bool exact_only) {
     auto find = [&] {
       int max_n = 0, got = 0;
       CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(cudnn_, &max_n));
@@ -178,18 +181,21 @@ void CudaDevice::conv2d_forward(const ConvShape& s, const float* x, const float*
                                                          y, int(perf.size()), &got, perf.data(),
                                                          ws, kFindWorkspace));
       const auto& best = pick(perf, got, tf32_, 0, s, gpu_);
-      return Found{int(best.algo), best.mathType};
+      return ConvAlgo{int(best.algo), int(best.mathType)};
     };
-    choose_algo(p, s, 0, gpu_, tf32_, find, [&](int algo, size_t* ws) {
+    choose_algo(p, s, 0, gpu_, tf32_, exact_only, find, [&](int algo, size_t* ws) {
       return cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p.x, p.w, p.conv[0], p.y,
                                                      cudnnConvolutionFwdAlgo_t(algo), ws);
     });
-  }
+  };
+  if (p.algo[0] < 0) choose(false);
   const float one = 1.f, zero = 0.f;
-  void* ws = workspace(p.ws[0]);
-  CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &one, p.x, x, p.w, w, p.conv[0],
-                                      cudnnConvolutionFwdAlgo_t(p.algo[0]), ws, p.ws[0], &zero,
-                                      p.y, y));
+  run_conv(p, 0, s, [&] {
+    void* ws = workspace(p.ws[0]);
+    return cudnnConvolutionForward(cudnn_, &one, p.x, x, p.w, w, p.conv[0],
+                                   cudnnConvolutionFwdAlgo_t(p.algo[0]), ws, p.ws[0], &zero, p.y,
+                                   y);
+  }, [&] { choose(true); }, "cudnnConvolutionForward");
   if (b) cuda_kernels::add_bias(y, b, s.y_size(), s.oh() * s.ow(), s.k, compute_);
   op_done("conv2d_forward", compute_);
 }
@@ -206,7 +212,7 @@ void CudaDevice::conv2d_backward(const ConvShape& s, const float* x, const float
     cuda_kernels::channel_sum(dy, db, s.n, s.k, inner, scratch, compute_);
   }
   if (dw) {
-    if (p.algo[2] < 0) {
+    auto choose = [&](bool exact_only) {
       auto find = [&] {
         int max_n = 0, got = 0;
         CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnn_, &max_n));
@@ -217,20 +223,23 @@ void CudaDevice::conv2d_backward(const ConvShape& s, const float* x, const float
             cudnn_, p.x, x, p.y, dy, p.conv[2], p.w, dw, int(perf.size()), &got, perf.data(), ws,
             kFindWorkspace));
         const auto& best = pick(perf, got, tf32_, 2, s, gpu_);
-        return Found{int(best.algo), best.mathType};
+        return ConvAlgo{int(best.algo), int(best.mathType)};
       };
-      choose_algo(p, s, 2, gpu_, tf32_, find, [&](int algo, size_t* ws) {
+      choose_algo(p, s, 2, gpu_, tf32_, exact_only, find, [&](int algo, size_t* ws) {
         return cudnnGetConvolutionBackwardFilterWorkspaceSize(
             cudnn_, p.x, p.y, p.conv[2], p.w, cudnnConvolutionBwdFilterAlgo_t(algo), ws);
       });
-    }
-    void* ws = workspace(p.ws[2]);
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, dy, p.conv[2],
-                                               cudnnConvolutionBwdFilterAlgo_t(p.algo[2]), ws,
-                                               p.ws[2], &zero, p.w, dw));
+    };
+    if (p.algo[2] < 0) choose(false);
+    run_conv(p, 2, s, [&] {
+      void* ws = workspace(p.ws[2]);
+      return cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, dy, p.conv[2],
+                                            cudnnConvolutionBwdFilterAlgo_t(p.algo[2]), ws,
+                                            p.ws[2], &zero, p.w, dw);
+    }, [&] { choose(true); }, "cudnnConvolutionBackwardFilter");
   }
   if (dx) {
-    if (p.algo[1] < 0) {
+    auto choose = [&](bool exact_only) {
       auto find = [&] {
         int max_n = 0, got = 0;
         CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnn_, &max_n));
@@ -241,17 +250,20 @@ void CudaDevice::conv2d_backward(const ConvShape& s, const float* x, const float
             cudnn_, p.w, w, p.y, dy, p.conv[1], p.x, dx, int(perf.size()), &got, perf.data(), ws,
             kFindWorkspace));
         const auto& best = pick(perf, got, tf32_, 1, s, gpu_);
-        return Found{int(best.algo), best.mathType};
+        return ConvAlgo{int(best.algo), int(best.mathType)};
       };
-      choose_algo(p, s, 1, gpu_, tf32_, find, [&](int algo, size_t* ws) {
+      choose_algo(p, s, 1, gpu_, tf32_, exact_only, find, [&](int algo, size_t* ws) {
         return cudnnGetConvolutionBackwardDataWorkspaceSize(
             cudnn_, p.w, p.y, p.conv[1], p.x, cudnnConvolutionBwdDataAlgo_t(algo), ws);
       });
-    }
-    void* ws = workspace(p.ws[1]);
-    CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, p.w, w, p.y, dy, p.conv[1],
-                                             cudnnConvolutionBwdDataAlgo_t(p.algo[1]), ws,
-                                             p.ws[1], &zero, p.x, dx));
+    };
+    if (p.algo[1] < 0) choose(false);
+    run_conv(p, 1, s, [&] {
+      void* ws = workspace(p.ws[1]);
+      return cudnnConvolutionBackwardData(cudnn_, &one, p.w, w, p.y, dy, p.conv[1],
+                                          cudnnConvolutionBwdDataAlgo_t(p.algo[1]), ws, p.ws[1],
+                                          &zero, p.x, dx);
+    }, [&] { choose(true); }, "cudnnConvolutionBackwardData");
   }
   op_done("conv2d_backward", compute_);
 }

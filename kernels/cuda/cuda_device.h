@@ -56,6 +56,7 @@ struct CudnnConvPlan {
   cudnnConvolutionDescriptor_t conv[3] = {nullptr, nullptr, nullptr};
   int algo[3] = {-1, -1, -1};
   size_t ws[3] = {0, 0, 0};
+  bool exact[3] = {false, false, false};  // algo[d] was found for this very shape (not reused)
 };
 
 class CudaDevice final : public Device {
