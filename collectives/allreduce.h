@@ -146,9 +146,10 @@ std::unique_ptr<AllReduce> make_ring_allreduce(CommGroup& group, size_t piece_fl
 // is built with NCCL; otherwise in collectives/cuda/nccl_absent.cpp (CMake picks one), where the
 // algorithm says this dpbench was built without NCCL.
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group);
-// "" when NCCL can run k ranks on this machine's GPUs (rank r on GPU r mod count), else why not
-// (ranks sharing a GPU need NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1, at most 2 per GPU).
-std::string nccl_refuse_ranks(int k);
+// "" when NCCL can run k ranks, node_ranks of them on this node's GPUs (rank r on GPU r mod
+// count), else why not (ranks sharing a GPU need NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1,
+// at most 2 per GPU). node_ranks 0: not known here (NCCL checks at start-up).
+std::string nccl_refuse_ranks(int k, int node_ranks);
 // The NCCL this dpbench runs with, e.g. "2.28.9" ("unknown" when it cannot say); "" when built
 // without NCCL.
 std::string nccl_version();

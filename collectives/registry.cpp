@@ -8,7 +8,7 @@ namespace dpb {
 
 std::unique_ptr<AllReduce> make_direct_allreduce(CommGroup& group);  // direct.cpp
 std::unique_ptr<AllReduce> make_rhd_allreduce(CommGroup& group);     // rhd.cpp
-std::string rhd_refuse_ranks(int k);                                  // rhd.cpp
+std::string rhd_refuse_ranks(int k, int node_ranks);                  // rhd.cpp
 std::unique_ptr<AllReduce> make_auto_allreduce(CommGroup& g, const AllReduceOptions& o);  // auto.cpp
 std::unique_ptr<AllReduce> make_mpi_allreduce(CommGroup& g);  // mpi_allreduce.cpp
 
@@ -53,7 +53,7 @@ std::string allreduce_runs_on(const AllReduceEntry& e) {
 }
 
 std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind,
-                              const std::string& launcher) {
+                              const std::string& launcher, int node_ranks) {
   bool here = e.runs_on.empty();
   for (BackendKind b : e.runs_on) here = here || b == kind;
   if (!here) {
@@ -70,7 +70,8 @@ std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind,
                  : "--allreduce " + e.name + " runs only with one process per rank: start dpbench "
                                              "under mpirun or srun (e.g. mpirun -np 2 dpbench "
                                              "train --allreduce " + e.name + ")";
-  return e.refuse_ranks ? e.refuse_ranks(k) : "";
+  if (node_ranks <= 0) node_ranks = procs ? 0 : k;
+  return e.refuse_ranks ? e.refuse_ranks(k, node_ranks) : "";
 }
 
 std::string allreduce_launchers(const AllReduceEntry& e) {

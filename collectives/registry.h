@@ -20,8 +20,9 @@ struct AllReduceEntry {
   std::string help;  // one line for --help
   // Backends whose devices it runs on; empty: every backend (written over Device's primitives).
   std::vector<BackendKind> runs_on;
-  // nullptr: any k. Else "" when k ranks are allowed, or why not, naming the algorithm and k.
-  std::string (*refuse_ranks)(int k);
+  // nullptr: any k. Else "" when k ranks, node_ranks of them on this node (0: not known), are
+  // allowed, or why not, naming the algorithm and the counts.
+  std::string (*refuse_ranks)(int k, int node_ranks);
   std::unique_ptr<AllReduce> (*make)(CommGroup& group, const AllReduceOptions& opts);
   // CPU memory-traffic model: bytes loaded + stored by all ranks together for one all-reduce of
   // n bytes per rank = traffic_factor * (k - 1) * n (see bench/allreduce_bench.cpp). 0: no model
@@ -45,9 +46,10 @@ const std::vector<AllReduceEntry>& allreduce_algorithms();
 // The entry called name; throws "--allreduce: unknown algorithm 'x' (valid: ...)".
 const AllReduceEntry& find_allreduce(const std::string& name);
 // "" when `e` may run with k ranks on devices of this kind, launched as `launcher` ("threads" |
-// "mpi"), else the reason (names e and k).
+// "mpi"), else the reason (names e and k). node_ranks: the ranks on this node (processes: the
+// node's processes; 0: all k for threads, not known for processes).
 std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind,
-                              const std::string& launcher = "threads");
+                              const std::string& launcher = "threads", int node_ranks = 0);
 // "threads", "processes" or "threads, processes": where the entry's ranks may live.
 std::string allreduce_launchers(const AllReduceEntry& e);
 // "cpu, cuda" or "every backend": where the entry runs, for --help and messages.

@@ -62,7 +62,7 @@ std::unique_ptr<AllReduce> make_rhd_allreduce(CommGroup& group) {
   return std::make_unique<RhdAllReduce>(group);
 }
 
-std::string rhd_refuse_ranks(int k) {
+std::string rhd_refuse_ranks(int k, int /*node_ranks*/) {
   if (k >= 1 && (k & (k - 1)) == 0) return "";
   return "--allreduce rhd (recursive halving and doubling) needs a power-of-two rank count, got "
          "k = " + std::to_string(k) + " (use 1, 2, 4, 8, ... ranks, or ring/direct for any k)";

@@ -15,7 +15,7 @@ const char* kNoNccl =
     "and reconfigure); use --allreduce ring or naive";
 }
 
-std::string nccl_refuse_ranks(int) { return kNoNccl; }
+std::string nccl_refuse_ranks(int, int) { return kNoNccl; }
 int nccl_max_ranks_per_gpu() { return 1; }  // NCCL's default (no NCCL here to ask)
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup&) { throw Error(kNoNccl); }
 std::string nccl_version() { return ""; }

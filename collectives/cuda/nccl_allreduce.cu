@@ -1,7 +1,8 @@
 // nccl_allreduce.cu: the "nccl" all-reduce: ncclAllReduce (float, sum, in place) on each rank's
-// CUDA comm stream. One communicator per rank, all made once by ncclCommInitAll over the group's
-// GPUs (single process, one thread per rank), or, with one process per rank (mpirun/srun), by
-// ncclCommInitRank from an id that rank 0 makes and MPI broadcasts (init_one_process). Built with -DDPB_CUDA=ON; make_allreduce("nccl")
+// CUDA comm stream. One communicator per rank, all made once by one thread with
+// ncclCommInitRankConfig in a group over the group's GPUs (single process, one thread per rank,
+// as ncclCommInitAll does), or, with one process per rank (mpirun/srun), from an id that rank 0
+// makes and MPI broadcasts (init_one_process). Its GPU-free decisions are in nccl_allreduce.h. Built with -DDPB_CUDA=ON; make_allreduce("nccl")
 // wraps it with tracing and abort; tested by tests/test_cuda_collectives.cpp.
 //
 // Ranks sharing a GPU: NCCL before 2.30 refuses two ranks of one communicator on one GPU; from
@@ -11,60 +12,72 @@
 // as unsafe), and NCCL_MAX_CTAS, when unset, is capped so that both ranks' kernels fit on the
 // GPU at once (each rank's kernel waits for the other's: they must be co-resident).
 //
-// Failure: the communicators are registered with their CudaDevice, whose host waits poll
-// ncclCommGetAsyncError and throw on an error; CommGroup::abort makes those waits throw too. The
-// communicators are then aborted (ncclCommAbort, which also stops kernels still waiting for a
-// failed rank) when this object is destroyed, on one thread, after the ranks have stopped: never
-// concurrently with a rank's own NCCL call.
+// Failure: the communicators are non-blocking (ncclConfig_t::blocking = 0) and every call on
+// one goes through NcclCallGate (nccl_allreduce.h): no thread waits inside NCCL, a call NCCL
+// reports in progress is polled under its rank's lock, and abort() (run by the failing rank's
+// thread through CommGroup / RankThreads' on_error, before the rank threads are joined) aborts
+// every rank's communicator (ncclCommAbort) between two such calls. So a peer waiting for a
+// rank that failed before its first ncclAllReduce (NCCL >= 2.22 connects on first use), or
+// whose kernel waits for it, returns with an error instead of hanging the join. The CUDA
+// devices' host waits poll ncclCommGetAsyncError through nccl_async_error, which takes the same
+// lock (never waiting for it) and knows only live communicators.
 //
 // Ordering: run() enqueues on the comm stream and returns; the caller orders the buffer's
 // producers before it (comm_wait_compute) and its consumers after it (compute_wait_comm or
 // comm_synchronize), as for naive and ring. NCCL's completion on each stream implies every rank
 // has contributed, so no extra barrier is needed.
 #include <algorithm>
-#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nccl.h>
 
 #include "collectives/allreduce.h"
+#include "collectives/cuda/nccl_allreduce.h"
+#include "src/core/launcher.h"
 #include "kernels/cuda/cuda_device.h"
 
 namespace dpb {
 namespace {
 
-constexpr int kSharedGpuMinVersion = 23000;  // NCCL 2.30.0, as ncclGetVersion codes it
-constexpr int kMaxRanksPerGpu = 2;            // NCCL 2.30's limit (experimental feature)
-
-std::string version_str(int v) {
-  // Codes up to 2.8 are X*1000 + Y*100 + Z; from 2.9 X*10000 + Y*100 + Z.
-  int major = v >= 10000 ? v / 10000 : v / 1000, minor = v >= 10000 ? v / 100 % 100 : v / 100 % 10;
-  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(v % 100);
-}
+const std::string version_str(int v) { return nccl_version_str(v); }
 
 // How many ranks of one communicator NCCL `version` lets share a GPU with this environment.
 int ranks_per_gpu_allowed(int version) {
   const char* env = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
   const bool enabled = env && std::string(env) == "1";
-  return version >= kSharedGpuMinVersion && enabled ? kMaxRanksPerGpu : 1;
+  return version >= kNcclSharedGpuMinVersion && enabled ? kNcclMaxRanksPerGpu : 1;
 }
 
-// "" when NCCL accepts k ranks with up to `most` on one of `gpus` GPUs, else why not.
-std::string shared_gpu_refusal(int k, int gpus, int most, int version) {
-  const char* env = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
-  if (most <= ranks_per_gpu_allowed(version)) return "";
-  return std::to_string(k) + " ranks on " + std::to_string(gpus) + " GPU(s), up to " +
-         std::to_string(most) + " on one GPU: NCCL refuses ranks sharing a GPU before 2.30 "
-         "(\"Duplicate GPU detected\"); from 2.30 it allows at most " +
-         std::to_string(kMaxRanksPerGpu) + " per GPU with NCCL_MULTI_RANK_GPU_ENABLE=1. This NCCL "
-         "is " + version_str(version) + ", NCCL_MULTI_RANK_GPU_ENABLE is " +
-         (env ? env : "unset") + ". Use --allreduce naive or ring, or fewer ranks";
+// The live communicators and the lock their calls take (NcclCallGate), for nccl_async_error:
+// a device's host wait may poll its rank's communicator while another thread aborts it.
+struct LiveComms {
+  std::mutex mu;
+  std::map<ncclComm_t, std::mutex*> lock_of;
+};
+LiveComms& live_comms() {
+  static LiveComms l;
+  return l;
+}
+
+// Waits until comm's pending operation (init, a call NCCL reported in progress) is done; throws
+// on an error. For the constructing thread only (no peer can abort yet).
+void wait_ready(ncclComm_t comm, const std::string& what) {
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(comm, &state), what);
+    if (state == ncclSuccess) return;
+    NCCL_CHECK(state, what << ": " << ncclGetLastError(comm));
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 // Shared GPUs: at most sm_count / (2 * ranks on the GPU) CTAs per NCCL kernel, so that every
@@ -80,11 +93,15 @@ void cap_ctas_for_shared_gpu(int gpu, int ranks_on_gpu) {
                ranks_on_gpu, gpu, ctas, sms);
 }
 
+// The nccl all-reduce; see the header comment.
 class NcclAllReduce final : public AllReduce {
  public:
-  explicit NcclAllReduce(CommGroup& group) : group_(group) {
+  explicit NcclAllReduce(CommGroup& group)
+      : group_(group) {
     if (group.launcher() != "threads") {
+      gate_ = std::make_unique<NcclCallGate>(std::vector<int>(size_t(group.size()), 0));
       init_one_process();
+      register_comms();
       return;
     }
     const int k = group.size();
@@ -103,50 +120,136 @@ class NcclAllReduce final : public AllReduce {
     int most = 0;
     for (auto& [gpu, count] : ranks_on) most = std::max(most, count);
     if (most > 1) {
-      const std::string why = shared_gpu_refusal(k, int(ranks_on.size()), most, version);
+      const std::string why = nccl_shared_gpu_refusal(
+          {k, k, int(ranks_on.size()), false}, version, std::getenv("NCCL_MULTI_RANK_GPU_ENABLE"));
       DPB_CHECK(why.empty(), "--allreduce nccl: " << why);
       for (auto& [gpu, count] : ranks_on)
         if (count > 1) cap_ctas_for_shared_gpu(gpu, count);
+      warn_lazy_loading();
     }
-    for (int r = 0; r < k; ++r) {  // one lock per GPU, shared by the ranks on it
-      auto& mu = gpu_mu_[gpus[r]];
-      if (!mu) mu = std::make_shared<std::mutex>();
-      rank_mu_.push_back(ranks_on[gpus[r]] > 1 ? mu : nullptr);
-    }
-    int current = 0;
-    CUDA_CHECK(cudaGetDevice(&current));
-    comms_.assign(k, nullptr);
-    ncclResult_t res = ncclCommInitAll(comms_.data(), k, gpus.data());
-    cudaError_t back = cudaSetDevice(current);  // ncclCommInitAll may move this thread's device
-    if (res != ncclSuccess) {
-      comms_.clear();  // nothing to destroy: ncclCommInitAll cleans up after itself
-      NCCL_CHECK(res, "ncclCommInitAll over " << k << " ranks, NCCL " << version_str(version));
-    }
-    if (back != cudaSuccess) (void)cudaGetLastError();
-    for (int r = 0; r < k; ++r) devs_[r]->set_nccl_comm(comms_[r]);
+    std::vector<int> lock_of(k);  // one lock per GPU: ranks sharing a GPU call NCCL in turn
+    for (int r = 0; r < k; ++r)
+      lock_of[r] = int(std::distance(ranks_on.begin(), ranks_on.find(gpus[r])));
+    gate_ = std::make_unique<NcclCallGate>(lock_of);
+    init_threads(gpus, version);
+    register_comms();
   }
 
   ~NcclAllReduce() override {
     // After a failure a peer may never have joined the last call: abort rather than wait (the
-    // trainer and the benchmarks abort the group; this object's own abort may not have run).
-    const bool abort = aborted_.load() || group_.aborted();
-    for (size_t r = 0; r < comms_.size(); ++r) {
+    // trainer and the benchmarks abort the group, which normally ran abort() already).
+    const bool abort = gate_->aborted() || group_.aborted();
+    for (int r = 0; r < int(comms_.size()); ++r) {
       if (!comms_[r]) continue;
-      devs_[r]->set_nccl_comm(nullptr);
+      unregister(r);
       if (cudaSetDevice(devs_[r]->gpu()) != cudaSuccess) (void)cudaGetLastError();
-      ncclResult_t res = abort ? ncclCommAbort(comms_[r]) : ncclCommDestroy(comms_[r]);
-      if (res != ncclSuccess)
-        std::fprintf(stderr, "dpbench: warning: freeing the NCCL communicator of rank %zu: %s\n", r,
+      const ncclResult_t res = abort ? ncclCommAbort(comms_[r]) : finalize_and_destroy(comms_[r]);
+      if (res != ncclSuccess && res != ncclInProgress)
+        std::fprintf(stderr, "dpbench: warning: freeing the NCCL communicator of rank %d: %s\n", r,
                      ncclGetErrorString(res));
+      comms_[r] = nullptr;
     }
   }
 
   std::string name() const override { return "nccl"; }
 
+  void run(int rank, float* buf, size_t n) override {
+    DPB_CHECK(!group_.aborted(), "rank " << rank << ": nccl all-reduce aborted");
+    if (n == 0) return;
+    CudaDevice& dev = *devs_[rank];
+    CUDA_CHECK(cudaSetDevice(dev.gpu()));
+    const std::string what = "nccl all-reduce of " + std::to_string(n) + " floats on cuda:" +
+                             std::to_string(dev.gpu());
+    auto state = [&](const char* when) {  // true: done; false: in progress; throws on errors
+      ncclResult_t st = ncclSuccess;
+      NCCL_CHECK(ncclCommGetAsyncError(comms_[rank], &st), "rank " << rank << ", " << what);
+      if (st == ncclInProgress) return false;
+      NCCL_CHECK(st, "rank " << rank << ", " << what << when << ": "
+                             << ncclGetLastError(comms_[rank]));
+      return true;
+    };
+    gate_->call(
+        rank,
+        [&] {
+          state(", an error from an earlier call");
+          // Count in elements (floats), not bytes.
+          const ncclResult_t res =
+              ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comms_[rank], dev.comm_stream());
+          if (res == ncclInProgress) return false;  // e.g. connecting to the peers (first use)
+          NCCL_CHECK(res, "rank " << rank << ", " << what << ": " << ncclGetLastError(comms_[rank]));
+          return true;
+        },
+        [&] { return state(""); }, what);
+  }
+
+  // Runs on the failing rank's thread before the rank threads are joined: later and current
+  // run() calls throw, and every rank's communicator is aborted (ncclCommAbort stops kernels
+  // that wait for the failed rank and NCCL's own waits), each between two calls of its rank.
+  void abort(int rank, const std::string& why) override {
+    gate_->abort("rank " + std::to_string(rank) + ": " + why, [&](int r) {
+      if (!comms_[r]) return;
+      unregister(r);
+      int current = -1;
+      const bool have_current = cudaGetDevice(&current) == cudaSuccess;
+      if (cudaSetDevice(devs_[r]->gpu()) != cudaSuccess) (void)cudaGetLastError();
+      const ncclResult_t res = ncclCommAbort(comms_[r]);
+      comms_[r] = nullptr;
+      if (have_current && cudaSetDevice(current) != cudaSuccess) (void)cudaGetLastError();
+      if (res != ncclSuccess && res != ncclInProgress)
+        std::fprintf(stderr, "dpbench: warning: aborting the NCCL communicator of rank %d: %s\n", r,
+                     ncclGetErrorString(res));
+    });
+  }
+
+ private:
+  // Non-blocking communicators (see the header comment); NCCL 2.14 introduced them.
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
+#error "dpbench needs NCCL 2.14 or newer (non-blocking communicators); set NCCL_ROOT to one"
+#endif
+  static ncclConfig_t config() {
+    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+    c.blocking = 0;
+    return c;
+  }
+
+  // One thread makes every rank's communicator, as ncclCommInitAll does, but with the config.
+  void init_threads(const std::vector<int>& gpus, int version) {
+    const int k = int(gpus.size());
+    int current = 0;
+    CUDA_CHECK(cudaGetDevice(&current));
+    ncclUniqueId id{};
+    NCCL_CHECK(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    comms_.assign(k, nullptr);
+    try {
+      ncclConfig_t cfg = config();
+      NCCL_CHECK(ncclGroupStart(), "creating " << k << " communicators");
+      ncclResult_t res = ncclSuccess;
+      for (int r = 0; r < k && (res == ncclSuccess || res == ncclInProgress); ++r) {
+        const cudaError_t e = cudaSetDevice(gpus[r]);
+        res = e == cudaSuccess ? ncclCommInitRankConfig(&comms_[r], k, id, r, &cfg)
+                               : ncclUnhandledCudaError;
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      if (res == ncclSuccess || res == ncclInProgress) res = end;
+      if (res != ncclInProgress)
+        NCCL_CHECK(res, "ncclCommInitRankConfig over " << k << " ranks, NCCL " << version_str(version));
+      for (int r = 0; r < k; ++r)
+        wait_ready(comms_[r], "rank " + std::to_string(r) + ": NCCL communicator start-up on cuda:" +
+                                  std::to_string(gpus[r]) + ", NCCL " + version_str(version));
+    } catch (...) {
+      for (ncclComm_t& c : comms_)
+        if (c) (void)ncclCommAbort(c);
+      comms_.clear();
+      (void)cudaSetDevice(current);
+      throw;
+    }
+    if (cudaSetDevice(current) != cudaSuccess) (void)cudaGetLastError();
+  }
+
   // One rank per process (mpirun/srun): nccl-tests' bootstrap. Rank 0 makes the unique id, the
-  // group's transport broadcasts it (MPI_Bcast), every process joins with ncclCommInitRank on
-  // the GPU its local rank picked (the device was made on it). GPUs shared by processes are
-  // NCCL's to refuse.
+  // group's transport broadcasts it (MPI_Bcast), every process joins with ncclCommInitRankConfig
+  // on the GPU its local rank picked (the device was made on it). GPUs shared by processes are
+  // NCCL's to refuse when nccl_refuse_ranks could not tell (nccl_allreduce.h).
   void init_one_process() {
     const int k = group_.size();
     int me = -1;
@@ -158,61 +261,90 @@ class NcclAllReduce final : public AllReduce {
                                              << ", not a CUDA device");
     devs_.assign(k, nullptr);
     devs_[me] = dev;
-    rank_mu_.assign(k, nullptr);
     ncclUniqueId id{};
     if (me == 0) NCCL_CHECK(ncclGetUniqueId(&id), "rank 0: ncclGetUniqueId");
     group_.broadcast_host(me, &id, sizeof id, 0);
     CUDA_CHECK(cudaSetDevice(dev->gpu()));
     comms_.assign(k, nullptr);
-    NCCL_CHECK(ncclCommInitRank(&comms_[me], k, id, me),
-               "rank " << me << " of " << k << " processes on cuda:" << dev->gpu());
-    dev->set_nccl_comm(comms_[me]);
+    ncclConfig_t cfg = config();
+    const std::string what =
+        "rank " + std::to_string(me) + " of " + std::to_string(k) + " processes on cuda:" +
+        std::to_string(dev->gpu());
+    const ncclResult_t res = ncclCommInitRankConfig(&comms_[me], k, id, me, &cfg);
+    try {
+      if (res != ncclInProgress) NCCL_CHECK(res, what);
+      wait_ready(comms_[me], what);
+    } catch (...) {
+      if (comms_[me]) (void)ncclCommAbort(comms_[me]);
+      comms_[me] = nullptr;
+      throw;
+    }
   }
 
-  void run(int rank, float* buf, size_t n) override {
-    DPB_CHECK(!aborted_.load() && !group_.aborted(), "rank " << rank << ": nccl all-reduce aborted");
-    if (n == 0) return;
-    CudaDevice& dev = *devs_[rank];
-    CUDA_CHECK(cudaSetDevice(dev.gpu()));
-    ncclComm_t comm = comms_[rank];
-    ncclResult_t async = ncclSuccess;
-    NCCL_CHECK(ncclCommGetAsyncError(comm, &async), "rank " << rank);
-    NCCL_CHECK(async, "rank " << rank << ", asynchronous error from an earlier call: "
-                              << ncclGetLastError(comm));
-    // Count in elements (floats), not bytes. Ranks sharing a GPU call NCCL one at a time.
-    std::unique_lock<std::mutex> lk;
-    if (rank_mu_[rank]) lk = std::unique_lock<std::mutex>(*rank_mu_[rank]);
-    ncclResult_t res =
-        ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, dev.comm_stream());
-    NCCL_CHECK(res, "rank " << rank << " on cuda:" << dev.gpu() << ", " << n << " floats: "
-                            << ncclGetLastError(comm));
+  // Ranks sharing a GPU: a kernel that CUDA loads lazily (the default from CUDA 12.2) on first
+  // launch may wait for the device to drain, which includes the other rank's NCCL kernel that
+  // waits for this rank: a deadlock no lock of ours causes or can prevent. Eager loading must be
+  // chosen before CUDA starts, so here it can only be advised.
+  static void warn_lazy_loading() {
+    const char* mode = std::getenv("CUDA_MODULE_LOADING");
+    if (mode && std::string(mode) == "EAGER") return;
+    std::fprintf(stderr, "dpbench: warning: ranks share a GPU under NCCL with CUDA_MODULE_LOADING=%s: "
+                         "a lazily loaded kernel can wait for the other rank's NCCL kernel "
+                         "forever; set CUDA_MODULE_LOADING=EAGER\n", mode ? mode : "unset (LAZY)");
   }
 
-  // Later run() calls throw, and (through CommGroup::abort) every rank's host waits. Kernels
-  // already enqueued by peers that wait for this rank are stopped by ncclCommAbort when this
-  // object goes away (calling it here could race a peer thread's own ncclAllReduce).
-  void abort(int rank, const std::string& why) override {
-    (void)rank;
-    (void)why;
-    aborted_.store(true);
+  void register_comms() {
+    LiveComms& l = live_comms();
+    std::lock_guard<std::mutex> lk(l.mu);
+    for (int r = 0; r < int(comms_.size()); ++r) {
+      if (!comms_[r]) continue;
+      l.lock_of[comms_[r]] = &gate_->lock(r);
+      devs_[r]->set_nccl_comm(comms_[r]);
+    }
+  }
+  // Before comms_[r] is freed: its device stops polling it, nccl_async_error forgets it.
+  void unregister(int r) {
+    devs_[r]->set_nccl_comm(nullptr);
+    LiveComms& l = live_comms();
+    std::lock_guard<std::mutex> lk(l.mu);
+    l.lock_of.erase(comms_[r]);
   }
 
- private:
+  // Normal end: flush (ncclCommFinalize, polled), then free. An error on the way: abort.
+  static ncclResult_t finalize_and_destroy(ncclComm_t c) noexcept {
+    ncclResult_t res = ncclCommFinalize(c);
+    while (res == ncclInProgress || res == ncclSuccess) {
+      ncclResult_t st = ncclSuccess;
+      if (ncclCommGetAsyncError(c, &st) != ncclSuccess) break;
+      if (st == ncclSuccess) return ncclCommDestroy(c);
+      if (st != ncclInProgress) {
+        res = st;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    (void)ncclCommAbort(c);
+    return res;
+  }
+
   CommGroup& group_;
-  std::map<int, std::shared_ptr<std::mutex>> gpu_mu_;
-  std::vector<std::shared_ptr<std::mutex>> rank_mu_;  // null: the rank has its GPU alone
+  std::unique_ptr<NcclCallGate> gate_;  // made first: abort() may run as soon as ranks do
   std::vector<CudaDevice*> devs_;
-  std::vector<ncclComm_t> comms_;
-  std::atomic<bool> aborted_{false};
+  std::vector<ncclComm_t> comms_;  // comms_[r]: read and reset only under gate_->lock(r)
 };
 
 }  // namespace
 
-std::string nccl_refuse_ranks(int k) {
+std::string nccl_refuse_ranks(int k, int node_ranks) {
   const int ngpu = cuda_device_count();
   int version = 0;
   if (ngpu == 0 || ncclGetVersion(&version) != ncclSuccess) return "";  // the backend says why
-  return shared_gpu_refusal(k, std::min(k, ngpu), (k + ngpu - 1) / ngpu, version);
+  // Processes that each see their own GPUs (CUDA_VISIBLE_DEVICES per process, as Slurm's
+  // --gpus-per-task sets it) may well use distinct ones: NCCL checks then.
+  const bool processes = detect_launch_env().processes;
+  const bool own_view = processes && std::getenv("CUDA_VISIBLE_DEVICES");
+  return nccl_shared_gpu_refusal({k, node_ranks, ngpu, own_view}, version,
+                                 std::getenv("NCCL_MULTI_RANK_GPU_ENABLE"));
 }
 
 int nccl_max_ranks_per_gpu() {
@@ -229,9 +361,19 @@ std::string nccl_version() {
   return ncclGetVersion(&v) == ncclSuccess ? version_str(v) : "unknown";
 }
 
+// Polled by the CUDA devices' host waits: only a live communicator, and only when no call of its
+// rank runs (never waiting for one: the next poll asks again).
 std::string nccl_async_error(ncclComm* comm) {
+  if (!comm) return "";
+  LiveComms& l = live_comms();
+  std::unique_lock<std::mutex> reg(l.mu);
+  auto it = l.lock_of.find(comm);
+  if (it == l.lock_of.end()) return "";  // aborted or destroyed
+  std::unique_lock<std::mutex> calls(*it->second, std::try_to_lock);
+  if (!calls.owns_lock()) return "";
+  reg.unlock();  // the rank's lock keeps comm alive (abort and destroy unregister under it)
   ncclResult_t async = ncclSuccess;
-  if (!comm || ncclCommGetAsyncError(comm, &async) != ncclSuccess || async == ncclSuccess ||
+  if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || async == ncclSuccess ||
       async == ncclInProgress)
     return "";
   return std::string("NCCL reported ") + ncclGetErrorString(async) + ": " + ncclGetLastError(comm);

@@ -195,8 +195,10 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
               "--link-gbps/--link-latency-us: --allreduce mpi (MPI_Allreduce) is not paced by the "
               "emulated link; use naive, ring, direct, rhd or auto, or omit the link");
   }
+  // Processes: NCCL's GPU sharing is judged per node (8 processes on two 4-GPU nodes share none).
   const std::string why = allreduce_refusal(find_allreduce(cfg.allreduce), cfg.devices,
-                                            backend.kind, cfg.launcher());
+                                            backend.kind, cfg.launcher(),
+                                            cfg.procs.active() ? cfg.procs.local_size : 0);
   DPB_CHECK(why.empty(), why);
   if (!cfg.tune_file.empty()) load_tune_file(cfg.tune_file);  // throws naming what is wrong
   DPB_CHECK(data.train.n >= cfg.devices, "training set: " << data.train.n
