@@ -1,5 +1,6 @@
-// cuda_device.cu: CudaDevice construction, memory, data loading staging, stream/event ordering and
-// the communication primitives (comm_copy, comm_reduce), plus the CUDA factory functions.
+// cuda_device.cu: CudaDevice construction, memory (device, and pinned host staging), data loading
+// staging, stream/event ordering and the communication primitives (comm_copy, comm_reduce, the
+// comm-stream staging copies), plus the CUDA factory functions.
 // Built with -DDPB_CUDA=ON; tested by tests/test_op_table.cpp and tests/test_cuda_*.cpp.
 #include <chrono>
 #include <cstdio>
@@ -300,6 +301,50 @@ void CudaDevice::release(float* p) {
   }
 }
 
+float* CudaDevice::alloc_host(size_t n, const char* what) {
+  bind();
+  DPB_CHECK(n <= std::numeric_limits<size_t>::max() / sizeof(float),
+            "cannot allocate " << what << ": " << n << " floats overflows size_t");
+  const size_t bytes = (n ? n : 1) * sizeof(float);
+  float* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&p), bytes, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    DPB_CHECK(false, "cannot allocate " << what << ": " << bytes / kMB << " MB of pinned host "
+                                        << "memory for cuda:" << gpu_ << ": "
+                                        << cudaGetErrorString(e)
+                                        << " (page-locked memory is limited by ulimit -l)");
+  }
+  std::memset(p, 0, bytes);
+  return p;
+}
+
+void CudaDevice::free_host(float* p) {
+  if (!p) return;
+  // As release(): never throws; own streams first (a staging copy may still use p), and after
+  // cancel_waits a stream that may never finish leaves p allocated.
+  cudaError_t e = cudaSetDevice(gpu_);
+  try {
+    if (cancelled_.load() &&
+        (cudaStreamQuery(compute_) != cudaSuccess || cudaStreamQuery(comm_) != cudaSuccess)) {
+      (void)cudaGetLastError();
+      return;
+    }
+    wait_stream(compute_, "free_host");
+    wait_stream(comm_, "free_host");
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "dpbench: warning: %s: pinned host buffer left allocated: %s\n",
+                 name_.c_str(), ex.what());
+    return;
+  }
+  if (e == cudaSuccess) e = cudaFreeHost(p);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    std::fprintf(stderr, "dpbench: warning: freeing pinned host memory of cuda:%d failed: %s\n",
+                 gpu_, cudaGetErrorString(e));
+  }
+}
+
 // upload/download are ordered after the compute stream's work only (as on the CPU backend, where
 // the rank thread does not wait for its communication thread); call compute_wait_comm() or
 // comm_synchronize() first for buffers written by comm ops.
@@ -455,6 +500,22 @@ void CudaDevice::comm_copy(float* dst, const float* src, size_t n) {
   // UVA: same GPU, peer GPU over NVLink/PCIe, or staged by the driver when peers are not enabled.
   CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, comm_));
   op_done("comm_copy", comm_);
+}
+
+// Staging copies on the comm stream: asynchronous DMA when `host` is pinned (alloc_host), so the
+// compute stream goes on while a bucket is staged; the caller waits with comm_synchronize().
+void CudaDevice::comm_download(float* host, const float* src, size_t n) {
+  if (n == 0) return;
+  bind();
+  CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, comm_));
+  op_done("comm_download", comm_);
+}
+
+void CudaDevice::comm_upload(float* dst, const float* host, size_t n) {
+  if (n == 0) return;
+  bind();
+  CUDA_CHECK(cudaMemcpyAsync(dst, host, n * sizeof(float), cudaMemcpyHostToDevice, comm_));
+  op_done("comm_upload", comm_);
 }
 
 void CudaDevice::comm_reduce(float* dst, const float* src, size_t n) {

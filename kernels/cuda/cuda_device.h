@@ -91,6 +91,10 @@ class CudaDevice final : public Device {
   void load_images(float* dst, const uint8_t* host, size_t n) override;
   void load_labels(float* dst, const uint8_t* host, size_t n) override;
   void synchronize() override;
+  // Pinned (page-locked) host staging, so that comm_download / comm_upload are asynchronous DMA
+  // copies on the comm stream (pageable memory would make the driver stage and block).
+  float* alloc_host(size_t n, const char* what) override;
+  void free_host(float* p) override;
 
   void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                       float* y) override;
@@ -122,6 +126,8 @@ class CudaDevice final : public Device {
 
   void comm_copy(float* dst, const float* src, size_t n) override;
   void comm_reduce(float* dst, const float* src, size_t n) override;
+  void comm_download(float* host, const float* src, size_t n) override;
+  void comm_upload(float* dst, const float* host, size_t n) override;
   void comm_wait_compute() override;
   int compute_mark() override;
   void comm_wait_mark(int token) override;

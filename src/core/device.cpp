@@ -1,6 +1,10 @@
-// device.cpp: Device's default stream timer: the host clock, right for backends whose ops are
-// complete when they return (CPU). CUDA and the async test device override make_timer.
+// device.cpp: Device's defaults: the stream timer on the host clock, right for backends whose ops
+// are complete when they return (CPU; CUDA and the async test device override make_timer), and
+// host staging in plain memory (CUDA overrides it with pinned memory).
 #include <chrono>
+#include <new>
+
+#include "src/core/check.h"
 
 #include "src/core/device.h"
 
@@ -21,6 +25,22 @@ class HostStreamTimer final : public StreamTimer {
 };
 
 }  // namespace
+
+float* Device::alloc_host(size_t n, const char* what) {
+  float* p = new (std::nothrow) float[n ? n : 1]();
+  DPB_CHECK(p, "cannot allocate " << what << ": " << n << " floats of host memory");
+  return p;
+}
+
+void Device::free_host(float* p) {
+  if (!p) return;
+  try {
+    synchronize();  // a staging copy may still use it (CPU: nothing in flight)
+  } catch (...) {
+    return;  // a failed device: leave it allocated rather than free memory a copy may touch
+  }
+  delete[] p;
+}
 
 std::unique_ptr<StreamTimer> Device::make_timer(StreamKind) {
   return std::make_unique<HostStreamTimer>();

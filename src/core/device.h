@@ -88,6 +88,12 @@ class Device : public MemoryOwner {
   // n uint8 labels from host -> float class ids on the device.
   virtual void load_labels(float* dst, const uint8_t* host, size_t n) = 0;
   virtual void synchronize() = 0;  // wait for both streams
+  // Host staging (transports that move device data through host memory, e.g. MPI): n zero-filled
+  // floats of host memory that the comm stream can copy to and from at full speed (CUDA: pinned,
+  // page-locked; elsewhere plain memory, the default). free_host waits for this device's streams
+  // first (a staging copy may still use it); it never throws. Allocate once, outside timed steps.
+  virtual float* alloc_host(size_t n, const char* what);
+  virtual void free_host(float* p);
 
   // ---- compute ops: forward / backward pairs ----
   virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
@@ -133,6 +139,12 @@ class Device : public MemoryOwner {
   // ---- communication (comm stream); src/dst may be a peer device's memory ----
   virtual void comm_copy(float* dst, const float* src, size_t n) = 0;
   virtual void comm_reduce(float* dst, const float* src, size_t n) = 0;  // dst += src
+  // Staging copies between this device's memory and host memory from alloc_host, on the comm
+  // stream: ordered after the comm work issued before them, and returning at once (CUDA). The host
+  // reads a download, or writes over an upload's source, only after comm_synchronize(). Default:
+  // comm_copy (CPU: a memcpy; the async device: a comm-stream op).
+  virtual void comm_download(float* host, const float* src, size_t n) { comm_copy(host, src, n); }
+  virtual void comm_upload(float* dst, const float* host, size_t n) { comm_copy(dst, host, n); }
   // Ordering between streams and devices. CPU: no-ops (ops are synchronous on their thread).
   virtual void comm_wait_compute() {}  // comm stream waits for compute work issued so far
   virtual void compute_wait_comm() {}  // compute stream waits for comm work issued so far
@@ -178,6 +190,33 @@ class Buffer {
 
  private:
   MemoryOwner* dev_ = nullptr;
+  float* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Owns host staging memory from Device::alloc_host; movable, not copyable.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(Device& dev, size_t n, const char* what)
+      : dev_(&dev), p_(dev.alloc_host(n, what)), n_(n) {}
+  HostBuffer(HostBuffer&& o) noexcept : dev_(o.dev_), p_(o.p_), n_(o.n_) {
+    o.p_ = nullptr;
+    o.n_ = 0;
+  }
+  HostBuffer& operator=(HostBuffer&& o) noexcept {
+    if (this != &o) { reset(); dev_ = o.dev_; p_ = o.p_; n_ = o.n_; o.p_ = nullptr; o.n_ = 0; }
+    return *this;
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer() { reset(); }
+  void reset() { if (p_) dev_->free_host(p_); p_ = nullptr; n_ = 0; }
+  float* get() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  Device* dev_ = nullptr;
   float* p_ = nullptr;
   size_t n_ = 0;
 };

@@ -25,6 +25,8 @@ class ForwardingDevice : public Device {
   void load_images(float* d, const uint8_t* h, size_t n) override { in_->load_images(d, h, n); }
   void load_labels(float* d, const uint8_t* h, size_t n) override { in_->load_labels(d, h, n); }
   void synchronize() override { in_->synchronize(); }
+  float* alloc_host(size_t n, const char* w) override { return in_->alloc_host(n, w); }
+  void free_host(float* p) override { in_->free_host(p); }
   void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b,
                       float* y) override {
     in_->conv2d_forward(s, x, w, b, y);
@@ -82,6 +84,8 @@ class ForwardingDevice : public Device {
   }
   void comm_copy(float* d, const float* s, size_t n) override { in_->comm_copy(d, s, n); }
   void comm_reduce(float* d, const float* s, size_t n) override { in_->comm_reduce(d, s, n); }
+  void comm_download(float* h, const float* s, size_t n) override { in_->comm_download(h, s, n); }
+  void comm_upload(float* d, const float* h, size_t n) override { in_->comm_upload(d, h, n); }
   void comm_wait_compute() override { in_->comm_wait_compute(); }
   void compute_wait_comm() override { in_->compute_wait_comm(); }
   void comm_record() override { in_->comm_record(); }
