@@ -16,8 +16,12 @@
 // says why it cannot serve); DPB_SHM_ARENA_MB sizes the arena (default 65536: virtual, sparse).
 // Messages (otherwise): a step posts MPI_Irecv into host staging for every receive and
 // MPI_Isend for every send, waits for all, then applies the receives with the device's comm_copy /
-// comm_reduce. Devices whose memory the host cannot read (CUDA) go through host staging: download
-// before sending, upload to a device staging buffer before applying. Failure: abort() prints
+// comm_reduce. Devices whose memory the host cannot read (CUDA) go through host staging (pinned on
+// CUDA: Device::alloc_host) on the comm stream, so backward goes on while a bucket is staged and
+// sent: the sends are downloaded (comm_download) behind the comm work that produced them and the
+// host waits for that copy only (comm_synchronize), then sends; the receives are uploaded
+// (comm_upload) and summed on the comm stream without a host wait. The staging is allocated once,
+// at setup, for the largest buffer from CommGroup::alloc (the gradients). Failure: abort() prints
 // "rank R: why" and calls MPI_Abort, which ends every process of the job (a rank blocked in MPI
 // cannot be woken otherwise); a process killed from outside is detected by the launcher (OpenMPI's
 // mpirun, srun), which ends the others.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -127,9 +128,14 @@ class MpiTransport final : public Transport {
   long barrier_spin_ns() const override { return spin_ns_; }
   void set_barrier_spin_ns(long ns) override { spin_ns_ = ns; }
 
+  // Over messages, collectives run on (parts of) these buffers: the staging is sized for the
+  // largest here, at setup, so that no timed step allocates (a device synchronization on CUDA).
   Buffer alloc(int rank, size_t n, const char* what) override {
     check(rank);
-    if (!arena_) return Buffer(dev_, n, what);
+    if (!arena_) {
+      reserve_staging(n);
+      return Buffer(dev_, n, what);
+    }
     return Buffer(*arena_, arena_->alloc(n, what), n);
   }
 
@@ -166,49 +172,61 @@ class MpiTransport final : public Transport {
       if (fence) shm_barrier();
       return;
     }
-    size_t rtotal = 0, stotal = 0;
-    for (const RecvOp& r : recvs) rtotal += staged(r) ? r.len : 0;
-    for (const SendOp& s : sends) stotal += s.len;
-    if (rstage_.size() < rtotal) rstage_.resize(rtotal);
-    reqs_.clear();
-    size_t o = 0;
-    for (const RecvOp& r : recvs) {
-      if (r.len == 0) continue;
-      // A copy into host memory lands in place; a sum, or device memory, goes through staging.
-      float* into = staged(r) ? rstage_.data() + o : r.dst;
-      if (staged(r)) o += r.len;
-      reqs_.emplace_back();
-      MPI_CHECK(MPI_Irecv(into, count(r.len), MPI_FLOAT, r.from, kTag, comm_, &reqs_.back()),
-                "rank " << rank_ << " receiving " << r.len << " floats from rank " << r.from);
-    }
-    if (!host_) {  // the sent data must be on the host: wait for the comm stream, download
+    // Host staging: this step's sends as one span of the published buffer, and each receive
+    // that is summed (or that lands in device memory) at its own place, in list order.
+    size_t lo = SIZE_MAX, hi = 0, rmax = 0;
+    if (!host_)
+      for (const SendOp& s : sends)
+        if (s.len > 0) lo = std::min(lo, s.off), hi = std::max(hi, s.off + s.len);
+    for (const RecvOp& r : recvs) rmax = std::max(rmax, staged(r) ? r.len : 0);
+    const size_t span = hi > lo ? hi - lo : 0;
+    reserve_staging(std::max(span, rmax));  // no-op unless a buffer outgrows alloc()'s
+    // Device data to the host on the comm stream (after the comm work that produced it: the last
+    // step's sums, GradSync's wait for this unit's gradients), while compute goes on. One host
+    // wait, for the copy the sends need and for rstage_ to be free (the last step's uploads).
+    if (span > 0) dev_.comm_download(sstage_.get(), buf_ + lo, span);
+    if (span > 0 || upload_pending_) {
       dev_.comm_synchronize();
-      if (sstage_.size() < stotal) sstage_.resize(stotal);
+      upload_pending_ = false;
     }
-    o = 0;
+    size_t next = 0, first = 0;
+    size_t staged_n = post_receives(recvs, next);
+    sreqs_.clear();
     for (const SendOp& s : sends) {
       if (s.len == 0) continue;
-      const float* src = buf_ + s.off;
-      if (!host_) {
-        dev_.download(sstage_.data() + o, src, s.len);
-        src = sstage_.data() + o;
-        o += s.len;
-      }
-      reqs_.emplace_back();
-      MPI_CHECK(MPI_Isend(src, count(s.len), MPI_FLOAT, s.to, kTag, comm_, &reqs_.back()),
+      const float* src = host_ ? buf_ + s.off : sstage_.get() + (s.off - lo);
+      sreqs_.emplace_back();
+      MPI_CHECK(MPI_Isend(src, count(s.len), MPI_FLOAT, s.to, kTag, comm_, &sreqs_.back()),
                 "rank " << rank_ << " sending " << s.len << " floats to rank " << s.to);
     }
-    MPI_CHECK(MPI_Waitall(int(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE),
-              "rank " << rank_ << ", a step of " << sends.size() << " sends and " << recvs.size()
-                      << " receives");
-    apply(recvs, rtotal);
+    // Receives in batches that fit rstage_ (one batch unless a step receives more than the
+    // largest buffer, e.g. naive's rank 0 from every peer); every send is posted already.
+    for (;;) {
+      MPI_CHECK(MPI_Waitall(int(rreqs_.size()), rreqs_.data(), MPI_STATUSES_IGNORE),
+                "rank " << rank_ << ", receives " << first << ".." << next << " of a step of "
+                        << sends.size() << " sends and " << recvs.size() << " receives");
+      apply(recvs.subspan(first, next - first), staged_n);
+      if (next >= recvs.size()) break;
+      if (upload_pending_) {  // rstage_ is read by the uploads just queued
+        dev_.comm_synchronize();
+        upload_pending_ = false;
+      }
+      first = next;
+      staged_n = post_receives(recvs, next);
+    }
+    MPI_CHECK(MPI_Waitall(int(sreqs_.size()), sreqs_.data(), MPI_STATUSES_IGNORE),
+              "rank " << rank_ << ", sends of a step of " << sends.size() << " sends and "
+                      << recvs.size() << " receives");
     if (fab_) link_sleep_until(done);
   }
 
   void barrier(int rank) override {
     check(rank);
     if (arena_) return shm_barrier();  // CPU only: nothing queued to order
-    if (!host_) dev_.comm_synchronize();
+    if (!host_) {
+      dev_.comm_synchronize();
+      upload_pending_ = false;
+    }
     MPI_CHECK(MPI_Barrier(comm_), "rank " << rank_ << ", barrier");
   }
 
@@ -231,12 +249,15 @@ class MpiTransport final : public Transport {
                 "rank " << rank_ << ", " << n << " floats");
       return;
     }
+    // On the comm stream, as step(): the host waits for the download only; the upload of the
+    // sum is stream-ordered before the next comm work (the next download into sstage_ included).
+    reserve_staging(n);
+    dev_.comm_download(sstage_.get(), buf, n);
     dev_.comm_synchronize();
-    if (sstage_.size() < n) sstage_.resize(n);
-    dev_.download(sstage_.data(), buf, n);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sstage_.data(), count(n), MPI_FLOAT, MPI_SUM, comm_),
+    upload_pending_ = false;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sstage_.get(), count(n), MPI_FLOAT, MPI_SUM, comm_),
               "rank " << rank_ << ", " << n << " floats");
-    dev_.upload(buf, sstage_.data(), n);
+    dev_.comm_upload(buf, sstage_.get(), n);
   }
 
   [[noreturn]] void abort(int rank, const std::string& why) override {
@@ -364,24 +385,66 @@ class MpiTransport final : public Transport {
     return int(n);
   }
 
-  // The staged receives (in rstage_, in the order of recvs) into place on the device.
-  void apply(std::span<const RecvOp> recvs, size_t total) {
-    const float* from = rstage_.data();
-    if (!host_ && total > 0) {
-      dev_.comm_synchronize();  // the last step's applies have finished reading dstage_
-      if (dstage_.size() < total) {
-        dstage_.reset();
-        dstage_ = Buffer(dev_, total, "MPI receive staging");
-      }
-      dev_.upload(dstage_.get(), rstage_.data(), total);
-      from = dstage_.get();
+  // Staging for messages of up to n floats (host: received sums; other devices: also the sends
+  // and the device copies of received sums), allocated once: at setup from alloc(), or here when
+  // a collective runs on a larger buffer (tests count Device::alloc_host calls).
+  void reserve_staging(size_t n) {
+    if (n <= staged_cap_) return;
+    if (!host_) {
+      dev_.comm_synchronize();  // queued staging copies may still use the old buffers
+      upload_pending_ = false;
     }
+    rstage_ = HostBuffer(dev_, n, "MPI receive staging (host)");
+    if (!host_) {
+      sstage_ = HostBuffer(dev_, n, "MPI send staging (host)");
+      dstage_.reset();
+      dstage_ = Buffer(dev_, n, "MPI receive staging (device)");
+    }
+    staged_cap_ = n;
+  }
+
+  // Posts MPI_Irecv for recvs[next..] while their staged floats fit rstage_ (at least one
+  // receive: reserve_staging made room for the largest); advances next, returns the staged floats.
+  size_t post_receives(std::span<const RecvOp> recvs, size_t& next) {
+    rreqs_.clear();
+    size_t o = 0;
+    for (; next < recvs.size(); ++next) {
+      const RecvOp& r = recvs[next];
+      if (r.len == 0) continue;
+      if (staged(r) && o > 0 && o + r.len > staged_cap_) break;
+      // A copy into host memory lands in place; a sum, or device memory, goes through staging.
+      float* into = staged(r) ? rstage_.get() + o : r.dst;
+      if (staged(r)) o += r.len;
+      rreqs_.emplace_back();
+      MPI_CHECK(MPI_Irecv(into, count(r.len), MPI_FLOAT, r.from, kTag, comm_, &rreqs_.back()),
+                "rank " << rank_ << " receiving " << r.len << " floats from rank " << r.from);
+    }
+    return o;
+  }
+
+  // The staged receives (in rstage_, in the order of recvs) into place, on the comm stream: a
+  // copy is uploaded to its destination, a sum to dstage_ and added there. Nothing waits: the
+  // host waits (upload_pending_) before it writes rstage_ again.
+  void apply(std::span<const RecvOp> recvs, size_t total) {
+    if (total == 0) return;
+    size_t o = 0;
     for (const RecvOp& r : recvs) {
       if (r.len == 0 || !staged(r)) continue;
+      const float* from = rstage_.get() + o;
+      if (!host_) {
+        if (r.op != RecvOp::Reduce) {
+          dev_.comm_upload(r.dst, from, r.len);
+          o += r.len;
+          continue;
+        }
+        dev_.comm_upload(dstage_.get() + o, from, r.len);
+        from = dstage_.get() + o;
+      }
       if (r.op == RecvOp::Reduce) dev_.comm_reduce(r.dst, from, r.len);
       else dev_.comm_copy(r.dst, from, r.len);
-      from += r.len;
+      o += r.len;
     }
+    upload_pending_ = !host_;
   }
 
   Device& dev_;
@@ -390,9 +453,13 @@ class MpiTransport final : public Transport {
   bool host_ = true;
   bool aborted_ = false;
   float* buf_ = nullptr;
-  std::vector<float> rstage_, sstage_;  // host staging: received, sent (non-host devices)
-  Buffer dstage_;                       // device staging of received data (non-host devices)
-  std::vector<MPI_Request> reqs_;
+  // Staging (reserve_staging): host memory from the device (pinned on CUDA) for received data
+  // and, on non-host devices, sent data; device memory for received sums. staged_cap_ floats each.
+  HostBuffer rstage_, sstage_;
+  Buffer dstage_;
+  size_t staged_cap_ = 0;
+  bool upload_pending_ = false;  // comm-stream uploads may still read rstage_
+  std::vector<MPI_Request> rreqs_, sreqs_;
   std::unique_ptr<LinkFabric> fab_;  // emulated link, this process's view (null: none)
   long spin_ns_ = 0;                 // process barrier polling (see HostBarrier)
   // Direct path (setup_shm; arena_ null: off): this process's arena, the peers' mapped here,
