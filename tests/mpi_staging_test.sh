@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# mpi_staging_test.sh BUILD_DIR: the MPI transport's host staging (the path CUDA devices take)
+# under overlap, on the asynchronous test device, with 2 processes: runs tests/test_mpi_staging.cpp
+# as `mpirun -np 2 dpb_tests --gtest_filter='MpiStaging.*'` (same parameters as the threads run
+# and as k = 1; staging on the comm stream, never on the compute stream; host staging allocated
+# at setup only). Exit 77 (ctest: skipped) without mpirun, an MPI build or the dataset. A few
+# seconds on 2 cores (--oversubscribe).
+set -u
+BIN="$1/dpb_tests"
+command -v mpirun >/dev/null || { echo "mpi_staging_test: SKIP: mpirun not found"; exit 77; }
+[ -x "$BIN" ] || { echo "FAIL: $BIN not built"; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+out=$(timeout 150 mpirun --oversubscribe --bind-to none -np 2 "$BIN" \
+      --gtest_filter='MpiStaging.*' --gtest_color=no 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q '^\[  SKIPPED \]' <<<"$out"; then
+  echo "mpi_staging_test: SKIP: $(grep -m1 -A0 'Skipped' <<<"$out" || grep -m1 SKIPPED <<<"$out")"
+  exit 77
+fi
+passed=$(grep -c '^\[  PASSED  \] 1 test' <<<"$out")
+if [ $rc -ne 0 ] || [ "$passed" != 2 ]; then
+  grep -A8 ': Failure' <<<"$out" | head -100
+  echo "$out" | tail -12
+  echo "FAIL: mpirun -np 2 dpb_tests --gtest_filter='MpiStaging.*': rc=$rc, $passed of 2 ranks passed"
+  exit 1
+fi
+echo "ok: 2 processes on the async device, overlap, bucketed (ring, naive, mpi): parameters as" \
+     "threads and k = 1, staging on the comm stream, host staging from setup only"
