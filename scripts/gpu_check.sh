@@ -191,7 +191,7 @@ step_libraries() {
     rc=$?
     missing=$(grep -h 'not found' "$LOGS/libraries.log" | head -4 | tr '\n' ' ')
     [ -z "$missing" ] || rc=1
-    figs=""
+    figs="$(grep -c '^== ' "$LOGS/libraries.log") binaries, every library found;"
   fi
   # where the CUDA libraries came from (what a version mismatch would be traced to)
   figs+=" $(awk '/=> \// && /lib(cudart|cudnn|nccl|cublas)\.so/ && !seen[$1]++ {sub(/\/[^\/]*$/, "", $3); printf "%s=%s ", $1, $3}' \
@@ -345,6 +345,7 @@ step_gtest() {
   rc=$?
   m=$(report gtest gtest "$LOGS/gtest.xml")
   mrc=$?
+  m="$m filter=$GTEST_FILTER"
   [ $rc = 0 ] && [ $mrc = 0 ] && verdict PASS gtest_cuda "$m" || verdict FAIL gtest_cuda "$([ $rc = 0 ] || why $rc gtest) $m"
 }
 

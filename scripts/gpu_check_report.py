@@ -40,8 +40,9 @@ def cmd_info(path, *flags):
             print("  this dpbench was built without CUDA (configure with -DDPB_CUDA=ON)")
             return FAIL
         if not info.get("cuda_devices"):
-            print(f"  dpbench sees no CUDA GPU (driver {info.get('cuda_driver_version')}, runtime "
-                  f"{info.get('cuda_runtime_version')}): see `dpbench info` and nvidia-smi")
+            why = info.get("cuda_error") or (f"driver {info.get('cuda_driver_version')}, runtime "
+                                             f"{info.get('cuda_runtime_version')}")
+            print(f"  dpbench sees no CUDA GPU ({why}): see `dpbench info` and nvidia-smi")
             return FAIL
     return PASS
 
