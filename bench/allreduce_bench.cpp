@@ -10,9 +10,11 @@
 //     the timed loop (once per benchmark, after the warm-up) on re-initialized buffers (rank r
 //     holds (r+1)*((i%5)+1): small integers, exact in float); timed iterations run on zeros.
 //     CPU only: traffic_GBps (model below), membw_GBps (the bound), bw_fraction = their ratio.
-//   membw/cpu/copy/threads:<k>
-//     k threads each memcpy 64 MiB with Device::comm_copy; membw_GBps = bytes read + written by
-//     all threads / slowest thread's time.
+//   membw/<backend>/copy/threads:<k>[/shared]
+//     k ranks (threads) each copy 64 MiB with Device::comm_copy (CPU: memcpy; CUDA: a
+//     device-to-device copy on the comm stream, timed by its events); membw_GBps = bytes read +
+//     written by all ranks / slowest rank's time: the copy bandwidth the all-reduces' busbw is
+//     read against (nccl-tests' reference figure on one GPU).
 //
 // Memory-traffic model (bytes loaded + stored by the algorithm's loops, for n bytes per rank);
 // each algorithm's factor is in its entry of collectives/registry.cpp (traffic_factor), and an
@@ -159,10 +161,10 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
   }
 }
 
-void bm_membw(benchmark::State& st, int k) {
+void bm_membw(benchmark::State& st, Backend b, int k) {
   std::unique_ptr<CopyRig> rig;
   if (!guarded(st, [&] {
-        rig = std::make_unique<CopyRig>(k, kMembwBytes);
+        rig = std::make_unique<CopyRig>(b, k, kMembwBytes);
         rig->run_once();  // warm-up
       }))
     return;
@@ -192,10 +194,10 @@ size_t cap_for(const BenchConfig& cfg, Backend b, int k) {
 
 }  // namespace
 
-void register_membw(BenchEnv& env) {
+void register_membw(BenchEnv& env, Backend b) {
   for (int k : env.cfg().ranks) {
-    const std::string name = bench_name("membw", Backend::Cpu, {"copy"}, k);
-    benchmark::RegisterBenchmark(name.c_str(), [k](benchmark::State& st) { bm_membw(st, k); })
+    const std::string name = bench_name("membw", b, {"copy"}, k);
+    benchmark::RegisterBenchmark(name.c_str(), [b, k](benchmark::State& st) { bm_membw(st, b, k); })
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }

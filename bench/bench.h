@@ -5,7 +5,7 @@
 //                thread count (measured once, on first use) and the training images
 //   RankThreads  k persistent rank threads; run(fn) runs fn(rank) on all of them at once (the
 //                harness shared with the trainer and the tests: src/core/rank_threads.h)
-//   CopyRig      k threads memcpy-ing large buffers: the memory-bandwidth bound
+//   CopyRig      k ranks copying large buffers: the copy-bandwidth bound (CPU memcpy, GPU d2d)
 //   RankTimer    per-rank interval timer: steady_clock on the CPU, CUDA events on a GPU stream
 //   DeviceSet    k devices of one backend, with a CommGroup over them
 //
@@ -97,22 +97,16 @@ class BenchEnv {
   std::map<int, HostBatch> batches_;
 };
 
-// k CPU threads, each copying its own `bytes`-byte buffer with Device::comm_copy (memcpy, the
-// primitive the CPU all-reduces move data with): the memory-bandwidth bound of k ranks.
-constexpr size_t kMembwBytes = size_t(64) << 20;  // per thread; src + dst far exceed the L3
-class CopyRig {
- public:
-  CopyRig(int k, size_t bytes);
-  double run_once();                  // one copy on every thread; the slowest thread's seconds
-  double gbps(double seconds) const;  // (read + written) bytes of all threads / seconds / 1e9
-
- private:
-  size_t n_;
-  std::vector<double> t_;
-  std::vector<std::unique_ptr<Device>> devs_;
-  std::vector<Buffer> src_, dst_;
-  RankThreads pool_;  // last: its threads are joined before the buffers go
-};
+// The backends dpbench-micro registers for: names as in src/core/backends.h's table (async: the
+// test backend, for checking the benchmark flows' stream ordering, not for timings).
+enum class Backend { Cpu, Cuda, Async };
+inline const char* backend_name(Backend b) {
+  return b == Backend::Cpu ? "cpu" : b == Backend::Cuda ? "cuda" : "async";
+}
+inline BackendKind backend_kind(Backend b) {
+  return b == Backend::Cpu ? BackendKind::Cpu : b == Backend::Cuda ? BackendKind::Cuda
+                                                                   : BackendKind::Async;
+}
 
 // Interval timer for one rank over Device::make_timer: CPU: host clock (device ops are
 // synchronous); CUDA: events on the device's compute or comm stream; seconds() waits for the stop.
@@ -126,16 +120,26 @@ class RankTimer {
 };
 std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream);
 
-// The backends dpbench-micro registers for: names as in src/core/backends.h's table (async: the
-// test backend, for checking the benchmark flows' stream ordering, not for timings).
-enum class Backend { Cpu, Cuda, Async };
-inline const char* backend_name(Backend b) {
-  return b == Backend::Cpu ? "cpu" : b == Backend::Cuda ? "cuda" : "async";
-}
-inline BackendKind backend_kind(Backend b) {
-  return b == Backend::Cpu ? BackendKind::Cpu : b == Backend::Cuda ? BackendKind::Cuda
-                                                                   : BackendKind::Async;
-}
+// k ranks, each copying its own `bytes`-byte buffer with Device::comm_copy (the primitive the
+// all-reduces move data with): CPU: memcpy on k threads, the memory-bandwidth bound of k ranks;
+// CUDA: a device-to-device copy on each rank's comm stream (k ranks sharing a GPU share its
+// memory), timed by events on that stream. Each rank's time is its own timer's (RankTimer).
+constexpr size_t kMembwBytes = size_t(64) << 20;  // per rank; src + dst far exceed the L3
+class CopyRig {
+ public:
+  CopyRig(Backend b, int k, size_t bytes);
+  double run_once();                  // one copy on every rank; the slowest rank's seconds
+  double gbps(double seconds) const;  // (read + written) bytes of all ranks / seconds / 1e9
+
+ private:
+  size_t n_;
+  std::vector<double> t_;
+  std::vector<std::unique_ptr<Device>> devs_;
+  std::vector<Buffer> src_, dst_;
+  std::vector<std::unique_ptr<RankTimer>> timers_;
+  RankThreads pool_;  // last: its threads are joined before the buffers go
+};
+
 
 // k devices (make_devices: CUDA rank r on GPU r mod cuda_device_count(), shared GPUs when k
 // exceeds it), paced by an emulated link when `link` is enabled (collectives/link.h; CPU only),
@@ -151,7 +155,7 @@ struct DeviceSet {
 // Every benchmark name, built here and parsed by scripts/benchnames.py (the one parser the
 // scripts share): <family>/<backend>/<what...>/ranks:<k>[/shared][/bytes:<n>], where "shared"
 // marks CUDA ranks sharing GPUs and bytes is given for sizes > 0. The membw family counts
-// threads instead: membw/cpu/copy/threads:<k>.
+// threads instead: membw/<backend>/copy/threads:<k>[/shared].
 std::string bench_name(const std::string& family, Backend b, const std::vector<std::string>& what,
                        int k, size_t bytes = 0);
 
@@ -160,7 +164,7 @@ std::string bench_name(const std::string& family, Backend b, const std::vector<s
 std::vector<size_t> allreduce_sizes(size_t cap);
 
 // Registration, one function per benchmark family (each in its own file).
-void register_membw(BenchEnv& env);        // allreduce_bench.cpp
+void register_membw(BenchEnv& env, Backend b);  // allreduce_bench.cpp
 void register_allreduce(BenchEnv& env, Backend b);
 void register_allreduce_procs(BenchEnv& env, Backend b);  // allreduce_procs_bench.cpp
 void register_gradsync(BenchEnv& env, Backend b);  // gradsync_bench.cpp

@@ -110,22 +110,25 @@ double run_timed_loop(benchmark::State& st, RankThreads& pool,
 
 // ---------------------------------------------------------------- CopyRig, BenchEnv
 
-CopyRig::CopyRig(int k, size_t bytes) : n_(bytes / sizeof(float)), t_(k, 0.0), pool_(k) {
+CopyRig::CopyRig(Backend b, int k, size_t bytes)
+    : n_(bytes / sizeof(float)), t_(k, 0.0), devs_(make_devices(backend_name(b), k, 1)), pool_(k) {
   for (int r = 0; r < k; ++r) {
-    devs_.push_back(make_device("cpu", r, DeviceOptions{1}));
     src_.emplace_back(*devs_[r], n_, "membw source");
     dst_.emplace_back(*devs_[r], n_, "membw destination");
     devs_[r]->fill(src_[r].get(), 1.0f, n_);  // touch every page: no shared zero page
     devs_[r]->fill(dst_[r].get(), 0.0f, n_);
+    devs_[r]->synchronize();
+    timers_.push_back(make_rank_timer(*devs_[r], TimedStream::Comm));
   }
 }
 
 double CopyRig::run_once() {
   pool_.run([&](int r) {
     pool_.align(r);
-    const auto t0 = Clock::now();
+    timers_[r]->start();
     devs_[r]->comm_copy(dst_[r].get(), src_[r].get(), n_);
-    t_[r] = std::chrono::duration<double>(Clock::now() - t0).count();
+    timers_[r]->stop();
+    t_[r] = timers_[r]->seconds();  // waits for the copy (CUDA: the stop event)
   });
   return *std::max_element(t_.begin(), t_.end());
 }
@@ -138,7 +141,7 @@ double BenchEnv::membw_bound_gbps(int threads) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = membw_.find(threads);
   if (it != membw_.end()) return it->second;
-  CopyRig rig(threads, kMembwBytes);
+  CopyRig rig(Backend::Cpu, threads, kMembwBytes);
   rig.run_once();  // warm-up
   double best = 1e30;
   for (int i = 0; i < 5; ++i) best = std::min(best, rig.run_once());

@@ -40,7 +40,9 @@ void print_usage() {
   std::printf(R"(dpbench-micro: microbenchmarks of dpbench's collectives and training steps.
 
 Benchmarks (names are filterable with --benchmark_filter=REGEX):
-  membw/cpu/copy/threads:<k>                          memcpy bandwidth bound (read + written)
+  membw/<backend>/copy/threads:<k>                    copy bandwidth bound, read + written
+                                                      (CPU: memcpy; CUDA: device-to-device on
+                                                      the comm stream, timed by its events)
   allreduce/<backend>/<%s>/ranks:<k>/bytes:<n>
                                                       every algorithm of the table that runs on
                                                       the backend with k ranks (dpbench train
@@ -344,8 +346,7 @@ int main(int argc, char** argv) {
     for (Backend b : bs) dpb::bench::register_allreduce_procs(env, b);
   } else {
     benchmark::AddCustomContext("launcher", "threads");
-    for (Backend b : bs)  // registration order is run order: the bandwidth bound first
-      if (b == Backend::Cpu) dpb::bench::register_membw(env);
+    for (Backend b : bs) dpb::bench::register_membw(env, b);  // run order: the bound first
     for (Backend b : bs) dpb::bench::register_allreduce(env, b);
     for (Backend b : bs) dpb::bench::register_gradsync(env, b);
     for (Backend b : bs) dpb::bench::register_overlap(env, b);

@@ -4,7 +4,7 @@ The names are built by bench_name() in bench/common.cpp:
     allreduce/<backend>/<algorithm>/ranks:<k>[/shared]/bytes:<n>
     gradsync/<backend>/<model>/<mode>/ranks:<k>[/shared]
     overlap/<backend>/<model>/<mode>/ranks:<k>[/shared]
-    membw/cpu/copy/threads:<k>
+    membw/<backend>/copy/threads:<k>[/shared]
 plus Google Benchmark's suffixes (/manual_time, /repeats:N, /min_time:X, ...), which are dropped.
 
     >>> parse("allreduce/cpu/ring/ranks:4/bytes:1048576/manual_time")["alg"]
