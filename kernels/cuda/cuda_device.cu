@@ -269,6 +269,30 @@ float* CudaDevice::alloc(size_t n, const char* what) {
   return p;
 }
 
+// Before freeing memory the streams may use (release, free_host; never throws): waits for both
+// streams and returns true, or returns false, leaving the memory allocated, when they cannot be
+// waited for: after cancel_waits with work still in flight (warn_leak: one warning per device),
+// or when a wait fails (reported, naming `kind`).
+bool CudaDevice::streams_idle_for_free(const char* op, const char* kind, bool warn_leak) {
+  try {
+    if (cancelled_.load() &&
+        (cudaStreamQuery(compute_) != cudaSuccess || cudaStreamQuery(comm_) != cudaSuccess)) {
+      (void)cudaGetLastError();
+      if (warn_leak && !leak_warned_.exchange(true))
+        std::fprintf(stderr, "dpbench: warning: %s: buffers left allocated: work still in flight "
+                             "after another rank failed\n", name_.c_str());
+      return false;
+    }
+    wait_stream(compute_, op);
+    wait_stream(comm_, op);
+    return true;
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "dpbench: warning: %s: %s left allocated: %s\n", name_.c_str(), kind,
+                 ex.what());
+    return false;
+  }
+}
+
 void CudaDevice::release(float* p) {
   if (!p) return;
   // Called from Buffer's destructor: report, never throw. Own streams first, in case this
@@ -276,22 +300,7 @@ void CudaDevice::release(float* p) {
   // After cancel_waits a stream may hold a collective that never finishes: the buffer is then
   // left allocated (cudaFree would wait for it), with one warning per device.
   cudaError_t e = cudaSetDevice(gpu_);
-  try {
-    if (cancelled_.load() &&
-        (cudaStreamQuery(compute_) != cudaSuccess || cudaStreamQuery(comm_) != cudaSuccess)) {
-      (void)cudaGetLastError();
-      if (!leak_warned_.exchange(true))
-        std::fprintf(stderr, "dpbench: warning: %s: buffers left allocated: work still in flight "
-                             "after another rank failed\n", name_.c_str());
-      return;
-    }
-    wait_stream(compute_, "release");
-    wait_stream(comm_, "release");
-  } catch (const std::exception& ex) {
-    std::fprintf(stderr, "dpbench: warning: %s: buffer left allocated: %s\n", name_.c_str(),
-                 ex.what());
-    return;
-  }
+  if (!streams_idle_for_free("release", "buffer", true)) return;
   allocations().remove(p);
   if (e == cudaSuccess) e = cudaFree(p);
   if (e != cudaSuccess) {
@@ -324,19 +333,7 @@ void CudaDevice::free_host(float* p) {
   // As release(): never throws; own streams first (a staging copy may still use p), and after
   // cancel_waits a stream that may never finish leaves p allocated.
   cudaError_t e = cudaSetDevice(gpu_);
-  try {
-    if (cancelled_.load() &&
-        (cudaStreamQuery(compute_) != cudaSuccess || cudaStreamQuery(comm_) != cudaSuccess)) {
-      (void)cudaGetLastError();
-      return;
-    }
-    wait_stream(compute_, "free_host");
-    wait_stream(comm_, "free_host");
-  } catch (const std::exception& ex) {
-    std::fprintf(stderr, "dpbench: warning: %s: pinned host buffer left allocated: %s\n",
-                 name_.c_str(), ex.what());
-    return;
-  }
+  if (!streams_idle_for_free("free_host", "pinned host buffer", false)) return;
   if (e == cudaSuccess) e = cudaFreeHost(p);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();

@@ -143,6 +143,8 @@ class CudaDevice final : public Device {
 
   void bind() const;                     // cudaSetDevice(gpu_) for the calling thread
   void teardown() noexcept;              // frees whatever was created (destructor, failed ctor)
+  // release / free_host: wait for both streams unless they cannot be waited for (never throws)
+  bool streams_idle_for_free(const char* op, const char* kind, bool warn_leak);
   CudnnConvPlan& conv_plan(const ConvShape& s);  // descriptors, created once per shape
   void destroy_conv_plans() noexcept;
   void* workspace(size_t bytes);         // compute-stream scratch, grown as needed
