@@ -17,9 +17,9 @@
 #include <string>
 
 #include "bench/bench.h"
-#include "collectives/mpi/mpi.h"
+#include "collectives/mpi/mpi_transport.h"
 #include "collectives/registry.h"
-#include "src/core/backends.h"
+#include "kernels/backends.h"
 #include "src/model/model.h"
 
 namespace dpb::bench {

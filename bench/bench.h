@@ -97,7 +97,7 @@ class BenchEnv {
   std::map<int, HostBatch> batches_;
 };
 
-// The backends dpbench-micro registers for: names as in src/core/backends.h's table (async: the
+// The backends dpbench-micro registers for: names as in kernels/backends.h's table (async: the
 // test backend, for checking the benchmark flows' stream ordering, not for timings).
 enum class Backend { Cpu, Cuda, Async };
 inline const char* backend_name(Backend b) {

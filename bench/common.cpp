@@ -6,10 +6,11 @@
 #include <filesystem>
 
 #include "bench/bench.h"
-#include "src/core/backends.h"
+#include "kernels/backends.h"
 #include "src/core/check.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace dpb::bench {
 

@@ -20,14 +20,15 @@
 #include <vector>
 
 #include "bench/bench.h"
-#include "collectives/mpi/mpi.h"
+#include "collectives/mpi/mpi_transport.h"
 #include "collectives/registry.h"
 #include "collectives/tuning.h"
 #include "src/core/registry.h"
 #include "src/core/launcher.h"
-#include "src/core/machine_info.h"
+#include "kernels/machine_info.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
+#include "kernels/cuda/cuda_backend.h"
 
 
 namespace {
@@ -224,7 +225,7 @@ BenchConfig parse_dpb_flags(int* argc, char** argv) {
   return cfg;
 }
 
-// The machine and build facts every dpbench output shares (src/core/machine_info.h), then this
+// The machine and build facts every dpbench output shares (kernels/machine_info.h), then this
 // run's settings.
 void add_context(const BenchConfig& cfg, const std::vector<std::string>& backends) {
   for (const auto& [key, value] : dpb::machine_info_text()) benchmark::AddCustomContext(key, value);

@@ -37,7 +37,7 @@
 
 #include "bench/bench.h"
 #include "collectives/grad_sync.h"
-#include "src/core/backends.h"
+#include "kernels/backends.h"
 #include "src/core/check.h"
 #include "src/core/stats.h"
 #include "src/model/model.h"

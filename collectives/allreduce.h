@@ -1,5 +1,5 @@
 // allreduce.h: sum all-reduce across the k ranks of a CommGroup, written once over the transport's
-// steps (collectives/transport.h) and Device's comm primitives, so the CPU and CUDA backends, and
+// steps (src/core/transport.h) and Device's comm primitives, so the CPU and CUDA backends, and
 // ranks as threads or as processes, run the same schedule.
 //
 // Every rank calls run() concurrently (one thread or one process per rank) with its own buffer of n floats on its
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/transport.h"
+#include "src/core/transport.h"
 #include "src/core/device.h"
 
 struct ncclComm;  // <nccl.h>'s communicator (ncclComm_t); NCCL is optional, see make_nccl_allreduce
@@ -56,7 +56,7 @@ class HostBarrier {
 };
 
 // The k ranks of a collective and how they move data: a thin handle on a Transport
-// (collectives/transport.h). CommGroup(k, devices) is k threads of this process (the threads
+// (src/core/transport.h). CommGroup(k, devices) is k threads of this process (the threads
 // transport: published pointers and a device-ordered barrier); CommGroup(transport) is any other,
 // e.g. one rank per process over MPI (collectives/mpi_transport.h).
 class CommGroup {

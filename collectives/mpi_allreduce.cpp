@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "collectives/allreduce.h"
-#include "collectives/mpi/mpi.h"
+#include "collectives/mpi/mpi_transport.h"
 
 namespace dpb {
 namespace {

@@ -1,7 +1,7 @@
 // registry.cpp: the all-reduce algorithm table (see registry.h). One entry per algorithm.
 #include "collectives/registry.h"
 
-#include "src/core/backends.h"
+#include "kernels/backends.h"
 #include "src/core/registry.h"
 
 namespace dpb {

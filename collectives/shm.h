@@ -1,5 +1,5 @@
 // shm.h: memory that the processes of one node share, for the MPI transport's direct path
-// (collectives/mpi/mpi.h): ranks of one node read and write each other's collective buffers in
+// (collectives/mpi/mpi_transport.h): ranks of one node read and write each other's collective buffers in
 // place, as the threads transport does, instead of sending messages (MPI_Allreduce through Open
 // MPI's shared-memory BTL copies every message once more: see docs/decisions.md).
 //

@@ -56,7 +56,7 @@ def _cmd_out(cmd):
 
 
 def machine_facts(info, backend):
-    """The machine as `dpbench info` (src/core/machine_info.h) found it; nvidia-smi adds the
+    """The machine as `dpbench info` (kernels/machine_info.h) found it; nvidia-smi adds the
     driver per GPU, and the probes here only stand in when info lacks a fact."""
     cpu = info.get("cpu") or platform.processor() or "unknown CPU"
     gpus = [dict(g) for g in info.get("gpus", [])]

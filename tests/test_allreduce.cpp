@@ -18,6 +18,7 @@
 #include "collectives/registry.h"
 #include "src/core/check.h"
 #include "src/core/registry.h"
+#include "kernels/cpu/cpu_device.h"
 
 namespace dpb {
 namespace {

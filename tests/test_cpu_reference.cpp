@@ -17,6 +17,7 @@
 
 #include "src/core/check.h"
 #include "src/core/device.h"
+#include "kernels/cpu/cpu_device.h"
 
 namespace dpb {
 namespace {

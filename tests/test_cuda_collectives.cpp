@@ -22,6 +22,8 @@
 #include "kernels/cuda/cuda_device.h"
 #include "src/core/check.h"
 #include "src/core/rank_threads.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cpu/cpu_device.h"
 
 namespace dpb {
 namespace {

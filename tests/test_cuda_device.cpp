@@ -17,7 +17,8 @@
 #include "kernels/cuda/cuda_device.h"
 #include "src/core/check.h"
 #include "src/core/device.h"
-#include "src/core/op_cases.h"
+#include "kernels/conformance/op_cases.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace dpb {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "src/core/backends.h"
+#include "kernels/backends.h"
 #include "src/train/step.h"
 
 namespace dpb {

@@ -16,6 +16,7 @@
 #include "collectives/grad_sync.h"
 #include "collectives/registry.h"
 #include "src/core/check.h"
+#include "kernels/cpu/cpu_device.h"
 
 namespace dpb {
 namespace {

@@ -15,6 +15,7 @@
 #include "collectives/tuning.h"
 #include "src/core/check.h"
 #include "tests/rank_threads.h"
+#include "kernels/cpu/cpu_device.h"
 
 namespace dpb {
 namespace {

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "src/model/model.h"
+#include "kernels/cpu/cpu_device.h"
 
 using namespace dpb;
 

@@ -1,5 +1,5 @@
 // test_mpi_staging.cpp: processes on the asynchronous test device take the MPI transport's host
-// staging path, the one CUDA devices take (collectives/mpi/mpi.h). Run under mpirun by
+// staging path, the one CUDA devices take (collectives/mpi/mpi_transport.h). Run under mpirun by
 // tests/mpi_staging_test.sh (ctest -L mpi):
 //   mpirun -np 2 dpb_tests --gtest_filter='MpiStaging.*'
 // and skipped when not started by a launcher. LeNet, bucketed gradient sync with overlap, for the
@@ -22,7 +22,7 @@
 #include <string>
 #include <thread>
 
-#include "collectives/mpi/mpi.h"
+#include "collectives/mpi/mpi_transport.h"
 #include "kernels/async/async_device.h"
 #include "src/core/forwarding_device.h"
 #include "src/core/launcher.h"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "src/core/check.h"
-#include "src/core/op_cases.h"
+#include "kernels/conformance/op_cases.h"
 
 namespace dpb {
 namespace {

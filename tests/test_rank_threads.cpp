@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "collectives/allreduce.h"
-#include "src/core/backends.h"
+#include "kernels/backends.h"
 #include "src/core/check.h"
 #include "src/core/rank_threads.h"
 

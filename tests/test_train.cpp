@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "collectives/registry.h"
-#include "src/core/backends.h"
+#include "kernels/backends.h"
 #include "src/core/check.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"

@@ -44,6 +44,7 @@
 #include "collectives/cuda/nccl_allreduce.h"
 #include "src/core/launcher.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace dpb {
 namespace {

@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "collectives/mpi/mpi.h"
+#include "collectives/mpi/mpi_transport.h"
 #include "src/core/check.h"
 
 namespace dpb {

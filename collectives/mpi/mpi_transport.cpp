@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "collectives/allreduce.h"
-#include "collectives/mpi/mpi.h"
+#include "collectives/mpi/mpi_transport.h"
 #include "collectives/shm.h"
 #include "src/core/check.h"
 

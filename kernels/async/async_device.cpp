@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "src/core/check.h"
+#include "kernels/cpu/cpu_device.h"
 
 namespace dpb {
 

@@ -46,6 +46,8 @@ struct AsyncOptions {
 // The options from the environment (see the header comment); the seed is chosen once per process.
 AsyncOptions async_options_from_env();
 std::unique_ptr<Device> make_async_device(int rank, const AsyncOptions& opt);
+// The options from the environment with `threads` math threads (what --backend async makes).
+std::unique_ptr<Device> make_async_device(int rank, int threads);
 
 namespace async {
 

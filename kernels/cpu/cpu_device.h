@@ -159,4 +159,7 @@ class CpuDevice final : public Device {
   cpu::HostBuf ws_[cpu::kNumSlots];  // conv workspaces, shared by all shapes
 };
 
+// Rank `rank`'s CPU device with `threads` math threads (cores / k, at least 1).
+std::unique_ptr<Device> make_cpu_device(int rank, int threads);
+
 }  // namespace dpb

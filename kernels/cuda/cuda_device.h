@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "src/core/device.h"
 
@@ -28,8 +29,6 @@ typedef struct ncclComm* ncclComm_t;  // as <nccl.h> has it; NCCL is optional (n
 
 namespace dpb {
 
-// Why no CUDA GPU can be used here ("" when cuda_device_count() > 0); for test skips and messages.
-std::string cuda_unavailable_reason();
 // Versions loaded at run time (driver, runtime, cuBLAS, cuDNN, NCCL), e.g. for logs; never throws.
 std::string cuda_library_versions();
 

@@ -1,5 +1,5 @@
 // cuda_info.cpp: the CUDA backend's facts for `dpbench info` and the benchmark context (see
-// src/core/machine_info.h): driver, runtime, cuDNN, NCCL and cuBLAS versions and every GPU.
+// kernels/machine_info.h): driver, runtime, cuDNN, NCCL and cuBLAS versions and every GPU.
 // Host API only, so a plain C++ file; compiled only with the CUDA backend.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -11,7 +11,8 @@
 
 #include "collectives/allreduce.h"
 #include "src/core/device.h"
-#include "src/core/machine_info.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/machine_info.h"
 
 namespace dpb {
 namespace {

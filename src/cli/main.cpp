@@ -2,7 +2,7 @@
 //   dpbench train --model lenet --devices 2 --batch 256 --lr 0.2 --epochs 10 --csv out.csv
 //   mpirun -np 2 dpbench train --model lenet ...   # one rank per process (also srun -n 2)
 //   dpbench info            # this machine and build: CPU, memory, OS, compiler, library versions,
-//                           # GPUs, commit, backends (src/core/machine_info.h)
+//                           # GPUs, commit, backends (kernels/machine_info.h)
 //   dpbench info --csv-columns  # the training CSV's columns (name, type, meaning) as JSON
 //   dpbench project --model resnet18 --devices 4 --link-gbps 100   # predicted epoch (JSON)
 //   dpbench selftest        # every op and a 2-rank all-reduce per device vs the CPU reference
@@ -13,20 +13,21 @@
 #include <iostream>
 #include <optional>
 
-#include "collectives/mpi/mpi.h"
+#include "collectives/mpi/mpi_transport.h"
 #include "collectives/registry.h"
-#include "src/core/backends.h"
+#include "kernels/backends.h"
 #include "src/cli/selftest.h"
 #include "src/core/check.h"
 #include "src/core/registry.h"
 #include "src/core/files.h"
 #include "src/core/launcher.h"
-#include "src/core/machine_info.h"
+#include "kernels/machine_info.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
 #include "src/cli/project_cmd.h"
 #include "src/train/train_csv.h"
 #include "src/train/trainer.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace {
 

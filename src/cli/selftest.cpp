@@ -18,9 +18,10 @@
 
 #include "collectives/allreduce.h"
 #include "collectives/registry.h"
-#include "src/core/op_cases.h"
+#include "kernels/conformance/op_cases.h"
 #ifdef DPB_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_backend.h"
 #endif
 
 namespace dpb {

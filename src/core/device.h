@@ -221,16 +221,7 @@ class HostBuffer {
   size_t n_ = 0;
 };
 
-// Devices by backend name: make_device / make_devices in src/core/backends.h (the backend table).
-// The backends' own factories (make_device calls them). threads: math threads for this CPU
-// device (cores / k, at least 1).
-std::unique_ptr<Device> make_cpu_device(int rank, int threads);
-// gpu: the CUDA ordinal this rank runs on (rank mod GPU count). Throws when CUDA is not built.
-std::unique_ptr<Device> make_cuda_device(int rank, int gpu, bool tf32);
-int cuda_device_count();  // 0 when not built with CUDA or no GPU/driver
-bool cuda_built();
-// The asynchronous test device (kernels/async/async_device.h): CPU kernels run later on a worker
-// thread per stream, in any order the ordering calls allow, with seeded random delays.
-std::unique_ptr<Device> make_async_device(int rank, int threads);
+// Devices by backend name: make_device / make_devices in kernels/backends.h (the backend table);
+// each backend declares its own factory beside its Device (kernels/<name>/).
 
 }  // namespace dpb

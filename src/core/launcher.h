@@ -6,7 +6,7 @@
 //   PMI / PMI-2 (MPICH's hydra, srun --mpi=pmi2): PMI_SIZE, PMI_RANK
 //   Slurm srun:            SLURM_NTASKS, SLURM_PROCID inside a job step (SLURM_STEP_ID set; a
 //                          batch script's own shell has no step and is not a launch)
-// The local rank (which GPU) comes from MPI itself after MPI_Init (collectives/mpi/mpi.h).
+// The local rank (which GPU) comes from MPI itself after MPI_Init (collectives/mpi/mpi_transport.h).
 #pragma once
 #include <string>
 

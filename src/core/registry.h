@@ -1,5 +1,5 @@
 // registry.h: lookups shared by the extension-point tables. Each extension point is one table of
-// entries with a `name` and a one-line `help` (src/core/backends.h: backends,
+// entries with a `name` and a one-line `help` (kernels/backends.h: backends,
 // collectives/registry.h: all-reduce algorithms, collectives/grad_sync.h: gradient-sync modes,
 // src/model/model.h: models); the CLI's choices and --help, validation, benchmarks, error
 // messages and test loops all read the tables, so adding an entry is the only list to edit.

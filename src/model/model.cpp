@@ -5,6 +5,7 @@
 
 #include "src/core/check.h"
 #include "src/core/registry.h"
+#include "kernels/cpu/cpu_device.h"
 
 namespace dpb {
 

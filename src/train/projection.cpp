@@ -14,6 +14,8 @@
 #include "src/core/check.h"
 #include "src/core/stats.h"
 #include "src/model/model.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cpu/cpu_device.h"
 
 namespace dpb {
 namespace {

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "collectives/mpi/mpi.h"
+#include "collectives/mpi/mpi_transport.h"
 #include "src/core/check.h"
 #include "src/core/nvtx.h"
 

@@ -29,7 +29,7 @@ constexpr int kClasses = 10;
 constexpr int kPixels = 28 * 28;
 
 // The ranks of this process and what they share with the others. Threads: k devices, ranks 0..k-1,
-// all local. Processes: this process's one rank of a group over MPI (collectives/mpi/mpi.h).
+// all local. Processes: this process's one rank of a group over MPI (collectives/mpi/mpi_transport.h).
 // Members are destroyed in reverse order of declaration: the all-reduce before the group it uses,
 // the group before the devices. Whatever uses them (replicas, whose GradSync has a communication
 // thread) must be destroyed first: declare it after a RankSet.

@@ -12,13 +12,14 @@
 #include "collectives/allreduce.h"
 #include "collectives/registry.h"
 #include "collectives/tuning.h"
-#include "src/core/backends.h"
+#include "kernels/backends.h"
 #include "src/core/check.h"
 #include "src/core/nvtx.h"
 #include "src/core/registry.h"
 #include "src/core/rank_threads.h"
 #include "src/model/model.h"
 #include "src/train/step.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace dpb {
 namespace {

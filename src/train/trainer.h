@@ -25,7 +25,7 @@
 namespace dpb {
 
 // Where the ranks live when each is a process (started by mpirun or srun; src/core/launcher.h and
-// collectives/mpi/mpi.h): size 0 means the ranks are threads of this process.
+// collectives/mpi/mpi_transport.h): size 0 means the ranks are threads of this process.
 struct ProcessPlace {
   int size = 0;        // processes (= ranks = --devices); 0: thread mode
   int rank = 0;        // this process's rank

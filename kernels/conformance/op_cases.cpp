@@ -1,6 +1,6 @@
 // op_cases.cpp: the op-case harness: backends to run on, the comparison with the CPU reference,
 // and case labels. The cases themselves are in op_table.cpp.
-#include "src/core/op_cases.h"
+#include "kernels/conformance/op_cases.h"
 
 #include <algorithm>
 #include <cctype>
@@ -9,10 +9,12 @@
 #include <exception>
 #include <sstream>
 
-#include "src/core/backends.h"
+#include "kernels/backends.h"
 #include "src/core/check.h"
 #ifdef DPB_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cpu/cpu_device.h"
 #endif
 
 namespace dpb {
@@ -46,7 +48,7 @@ std::string OpCase::id() const {
   return out;
 }
 
-// ---- backends: every entry of the backend table (src/core/backends.cpp), CUDA per GPU ----
+// ---- backends: every entry of the backend table (kernels/backends.cpp), CUDA per GPU ----
 
 namespace {
 

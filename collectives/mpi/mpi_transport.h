@@ -31,7 +31,7 @@
 #include <string>
 
 #include "collectives/link.h"
-#include "collectives/transport.h"
+#include "src/core/transport.h"
 
 namespace dpb {
 

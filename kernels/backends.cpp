@@ -1,8 +1,11 @@
 // backends.cpp: the backend table (see backends.h).
-#include "src/core/backends.h"
+#include "kernels/backends.h"
 
 #include "src/core/check.h"
 #include "src/core/registry.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/async/async_device.h"
+#include "kernels/cpu/cpu_device.h"
 
 #ifdef DPB_HAVE_CUDA
 #include <cuda_runtime.h>

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "src/core/check.h"
-#include "src/core/op_case_io.h"
+#include "kernels/conformance/op_case_io.h"
 
 namespace dpb {
 namespace {

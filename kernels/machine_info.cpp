@@ -1,5 +1,5 @@
 // machine_info.cpp: the machine and build facts of `dpbench info` (see machine_info.h).
-#include "src/core/machine_info.h"
+#include "kernels/machine_info.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <sys/utsname.h>
@@ -10,8 +10,9 @@
 #include <fstream>
 #include <thread>
 
-#include "src/core/backends.h"
+#include "kernels/backends.h"
 #include "src/core/device.h"
+#include "kernels/cuda/cuda_backend.h"
 
 #ifndef DPB_VERSION
 #define DPB_VERSION "unknown"

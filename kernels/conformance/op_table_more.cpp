@@ -2,7 +2,7 @@
 // device, and allocation (continues op_table.cpp's table).
 #include <random>
 
-#include "src/core/op_case_io.h"
+#include "kernels/conformance/op_case_io.h"
 
 namespace dpb {
 namespace {

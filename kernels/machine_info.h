@@ -23,8 +23,4 @@ nlohmann::ordered_json machine_info();
 // The same facts as (key, text) pairs: the gpus list becomes one line.
 std::vector<std::pair<std::string, std::string>> machine_info_text();
 
-// The CUDA backend's facts (driver, runtime, cuDNN, NCCL and cuBLAS versions, GPUs); empty
-// without CUDA. kernels/cuda/cuda_info.cpp, or src/core/cuda_absent.cpp.
-nlohmann::ordered_json cuda_info();
-
 }  // namespace dpb

@@ -9,7 +9,7 @@
 // element, reporting the first mismatches and the max error.
 //
 // Adding an op: its case entries in op_table.cpp. Adding a backend: its entry in the backend table
-// (src/core/backends.cpp); op_backends() runs the cases on every entry. The CPU reference itself is checked against naive loops and by
+// (kernels/backends.cpp); op_backends() runs the cases on every entry. The CPU reference itself is checked against naive loops and by
 // finite differences in tests/test_cpu_reference.cpp.
 #pragma once
 #include <cstddef>
@@ -70,7 +70,7 @@ struct OpBackend {
   std::function<std::unique_ptr<Device>(int rank, bool tf32)> make;
 };
 
-// Every backend of the backend table (src/core/backends.cpp) built into this binary, CPU ones
+// Every backend of the backend table (kernels/backends.cpp) built into this binary, CPU ones
 // with 2 math threads; CUDA as "cuda" (GPU 0, or why there is none) and cuda1, cuda2, ... for
 // further GPUs. A new backend entry is picked up here: no list to extend.
 std::vector<OpBackend> op_backends();

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "src/core/op_cases.h"
+#include "kernels/conformance/op_cases.h"
 
 namespace dpb::op_case_io {
 
