@@ -96,9 +96,6 @@ def versions(bin_path, info):
 
 # ----------------------------------------------------------------------------- launcher
 
-MPI_SUITES = ("sync", "scaling")  # suites --launcher applies to unless --suite names others
-
-
 def mpirun_prefix(np):
     """The command prefix that starts np processes: $DPB_MPIRUN ({np} replaced), else mpirun; None
     when there is no mpirun. Open MPI's gets --oversubscribe (k may exceed the cores, as the
@@ -115,7 +112,7 @@ def mpirun_prefix(np):
 
 def plan_launcher(a, suite, runs, info=None):
     """Thread-mode runs kept and process-mode twins added by --launcher, with notes."""
-    if a.launcher == "threads" or (suite.name not in MPI_SUITES and not a.suite_given):
+    if a.launcher == "threads" or (not suite.processes and not a.suite_given):
         return runs, []
     twins, notes = mpi_twins(runs, a.backend, info)
     if twins and mpirun_prefix(2) is None:

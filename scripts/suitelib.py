@@ -47,6 +47,10 @@ class Suite:
     micro: dict = field(default_factory=dict)  # "cpu", "cpu.quick", ... -> args
     peer_runs: list = field(default_factory=list)  # globs of runs the peers repeat (peerlib)
     peer_micro: bool = False  # the MPI peer at the suite's all-reduce sizes
+    # [suite] launchers = threads, processes: run_suite --launcher mpi|both adds process-mode twins
+    # of its multi-device runs even when --suite does not name it (a suite where k ranks as
+    # processes measure something the threads do not).
+    processes: bool = False
 
     def target(self, model, quick):
         """Test accuracy for time to accuracy; None: none (e.g. a model time-only in quick)."""
@@ -81,6 +85,11 @@ def load_suite(name):
     s.targets = _targets(sec.get("target", ""))
     s.quick_targets = _targets(sec.get("quick_target", ""))
     s.cpu_why = sec.get("cpu_only_why", "CPU backend only")
+    launchers = {x.strip() for x in sec.get("launchers", "threads").split(",") if x.strip()}
+    if not launchers <= {"threads", "processes"} or "threads" not in launchers:
+        raise SystemExit(f"run_suite: {path}: [suite] launchers = '{sec.get('launchers')}' "
+                         "(valid: threads | threads, processes)")
+    s.processes = "processes" in launchers
     for secname, dest in (("runs", s.runs), ("runs.cuda", s.cuda_runs), ("runs.cpu", s.cpu_runs)):
         if cp.has_section(secname):
             for k, v in cp[secname].items():
