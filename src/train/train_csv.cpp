@@ -11,7 +11,7 @@ using Run = const TrainCsvRun&;
 using Ep = const EpochStats&;
 constexpr CsvType kNum = CsvType::Number, kText = CsvType::Text;
 
-std::string num(double v) {  // 6 significant digits, as the CSV has always had
+std::string num(double v) {  // 6 significant digits: every CSV and baseline is written so
   std::ostringstream o;
   o.precision(6);
   o << v;
