@@ -252,7 +252,7 @@ else
   python3 scripts/run_suite.py record --rc $prc --wall $((SECONDS - t)) "$out" -- \
     "$PLOTPY" plots/make_plots.py "$out"
   ((prc == 0)) || echo "run_all.sh: WARNING: plots/make_plots.py failed (rc $prc)" >&2
-  # Projection (issue 13): predicted speedup vs devices on named links from a one-device profile
+  # Projection: predicted speedup vs devices on named links from a one-device profile
   # of this backend; the sync suite's emulated-link runs (CPU runs) vs bucket size.
   for what in figure $([ -f "$out/sync.csv" ] && echo plot-suite); do
     t=$SECONDS

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """make_corpus.py: writes the IDX fuzzer's seed corpus (fuzz/corpus/idx/): small valid files and
-one of each kind of damage the reader must reject (issue 16). Deterministic (gzip mtime 0), so a
+one of each kind of damage the reader must reject. Deterministic (gzip mtime 0), so a
 rerun reproduces the committed files. Inputs found by fuzzing later are added beside them by hand
 (named crash-*, slow-* ...) and become ctest cases too.
   python3 fuzz/make_corpus.py [OUT_DIR]"""

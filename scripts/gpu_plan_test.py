@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """gpu_plan_test.py BUILD_DIR: CI's check that ./run_all.sh plans a GPU machine's run so that
-nothing in it is refused for lack of GPUs (issue 24), on this CPU machine, with fake GPU counts
+nothing in it is refused for lack of GPUs, on this CPU machine, with fake GPU counts
 (DPB_FAKE_GPUS, --dry-run only):
   - one GPU: no NCCL run of more than one rank (NCCL < 2.30 refuses ranks sharing a GPU), as
     threads or processes; each is left out with a note; 8 GPUs: the sync suite's NCCL runs are in;

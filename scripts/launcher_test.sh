@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# launcher_test.sh BUILD_DIR: CI's check of run_all.sh/run_suite.py --launcher (ranks as
-# processes): a dry run plans the -mpi twins of the k > 1 runs (sync and scaling by default, the --suite ones when
-# named; only the twins with --launcher mpi; refused twins left out with a note), then one tiny
-# real run of smoke's lenet-k2 as threads and as `mpirun -np 2` processes: rows launcher=threads
-# and launcher=mpi (processes 2), the summary's threads-vs-processes table and plots/launcher.png.
-# About 30 s on 2 cores. Exit 77 (ctest: skipped) without mpirun or an MPI build of dpbench.
+# launcher_test.sh BUILD_DIR: CI's check of run_all.sh/run_suite.py --launcher (ranks as processes):
+# a dry run plans the -mpi twins of the k > 1 runs (sync and scaling by default, the --suite ones
+# when named; only the twins with --launcher mpi; refused twins left out with a note), then one tiny
+# real run of smoke's lenet-k2 as threads and as `mpirun -np 2` processes: rows launcher=threads and
+# launcher=mpi (processes 2), the summary's threads-vs-processes table and plots/launcher.png. About
+# 30 s on 2 cores. Exit 77 (ctest: skipped) without mpirun or an MPI build of dpbench.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:?usage: scripts/launcher_test.sh BUILD_DIR}

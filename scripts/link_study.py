@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""link_study.py: the emulated-link study (issue 13): alpha-beta check of the paced all-reduces,
+"""link_study.py: the emulated-link study: alpha-beta check of the paced all-reduces,
 overlap vs bucket size on an emulated link, projection vs emulated runs, and the projected
 speedup on named interconnects. Standard library for the runs; plots need matplotlib (run under
 /usr/bin/python3 on Debian).

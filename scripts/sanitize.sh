@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sanitize.sh: CI's sanitizer and fuzzing checks (issue 16); scripts/test.sh calls it. CPU-only
+# sanitize.sh: CI's sanitizer and fuzzing checks; scripts/test.sh calls it. CPU-only
 # builds without the benchmarks, each in its own build directory:
 #   asan  build-asan/  ASan + UBSan + LeakSanitizer (GCC): the ctest suite (GoogleTest, the CLI
 #                      and CSV scripts, the fuzz corpus replay) but one slow test (asan_skip);

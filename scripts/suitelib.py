@@ -29,7 +29,7 @@ class Run:
     suite: str
     name: str
     args: list  # final `dpbench train` arguments for the chosen mode (no --backend / --csv)
-    procs: int = 0  # > 0: run as `mpirun -np procs dpbench train ...` (process mode, issue 15)
+    procs: int = 0  # > 0: run as `mpirun -np procs dpbench train ...` (process mode)
 
 
 @dataclass

@@ -13,15 +13,15 @@ if [ -x scripts/regression_smoke.sh ]; then
   scripts/regression_smoke.sh "$BUILD"
 fi
 # ./run_all.sh in full and --peers mode on the smoke suite, and check_regression's tests
-# (planted regressions); the quick mode ran in regression_smoke.sh above (issue 10)
+# (planted regressions); the quick mode ran in regression_smoke.sh above
 echo "== run_all modes"
 scripts/run_all_modes_test.sh "$BUILD"
 # ---- the first-run GPU check in its dry run, and the GPU bundle packed from this build and run
-# from a clean copy outside the checkout (issue 24; README: Running on a GPU machine ...)
+# from a clean copy outside the checkout (README: Running on a GPU machine ...)
 echo "== GPU check (dry run) and GPU bundle"
 tests/gpu_check_test.sh "$BUILD"
 tests/bundle_test.sh "$BUILD"
-# ---- sanitizers and fuzzing (issue 16; scripts/sanitize.sh): ASan+UBSan ctest, TSan on the
+# ---- sanitizers and fuzzing (scripts/sanitize.sh): ASan+UBSan ctest, TSan on the
 # concurrency tests, 60 s of libFuzzer on the IDX reader. DPB_SANITIZE_CI=0 skips them locally.
 if [ "${DPB_SANITIZE_CI:-1}" != 0 ]; then
   echo "== sanitizers and fuzzing"

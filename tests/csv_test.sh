@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# csv_test.sh BUILD_DIR: dpbench's --csv and --dump-params outputs (issue 16). A bad output path is
+# csv_test.sh BUILD_DIR: dpbench's --csv and --dump-params outputs. A bad output path is
 # refused before the data is even loaded, naming the path as given; a symlinked CSV stays a link; a
 # read-only one is left alone; a run stopped by SIGTERM or SIGINT keeps the rows of its finished
 # epochs, whole, with no temporary file left. Exit 77 (ctest: skipped) without the dataset.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mpi_kill_test.sh BUILD_DIR: a lost rank never hangs the others (issue 15). kill -9 of rank 1 of
+# mpi_kill_test.sh BUILD_DIR: a lost rank never hangs the others. kill -9 of rank 1 of
 # `mpirun -np 3 dpbench train` must end the job non-zero within 60 s, with a message naming the
 # lost rank (OpenMPI's mpirun notices the dead process and ends the others: README, "Running on a
 # cluster"). Exit 77 (ctest: skipped) without mpirun, an MPI build or the dataset. About 10 s.

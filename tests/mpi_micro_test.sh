@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mpi_micro_test.sh BUILD_DIR: dpbench-micro under mpirun (issue 15): with 2 and 3 processes every
+# mpi_micro_test.sh BUILD_DIR: dpbench-micro under mpirun: with 2 and 3 processes every
 # algorithm that runs across processes (naive, ring, direct, rhd, auto, mpi) reports wrong = 0,
 # names itself allreduce/cpu/<alg>/procs:<K>/bytes:<n> with the rank_min/avg/max_us counters, and
 # only rank 0 writes the JSON (one file, no temporary left); over shared memory and over messages.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mpi_test.sh BUILD_DIR: one rank per process (mpirun; issue 15). LeNet trained by 2 and 3
+# mpi_test.sh BUILD_DIR: one rank per process (mpirun). LeNet trained by 2 and 3
 # processes ends with the parameters of the 1-device run within 1e-5, over a covering set of
 # {naive, ring, direct, rhd, mpi} x {per-param, fused, bucketed} x {overlap on, off}; only rank 0
 # writes the CSV (launcher=mpi, processes=K) and --dump-params; --devices must equal the process

@@ -1,4 +1,4 @@
-// test_data_limits.cpp: the IDX reader's resource bounds (issue 16): size fields a damaged file
+// test_data_limits.cpp: the IDX reader's resource bounds: size fields a damaged file
 // could set (the gzip trailer, the IDX header) never decide what is allocated, inputs that are not
 // regular files are refused, input crossing the reader's chunk boundaries decodes exactly, and an
 // allocation failure still names the file. Run: ./dpb_tests --gtest_filter='DataLimits*'

@@ -1,4 +1,4 @@
-// test_data_timer.cpp: what data_s times (issue 24 item 9). load_examples gathers a batch on the
+// test_data_timer.cpp: what data_s times. load_examples gathers a batch on the
 // host and loads it onto the device; data_s is the compute stream's loading time, so the data
 // timer must begin after the host's gather: on CUDA, a timer event recorded before it on an idle
 // GPU counts the host's work as the stream's. A probe timer checks, at begin(), that the host
