@@ -1,10 +1,10 @@
 // test_conv_algo_cache.cpp: the cuDNN algorithm cache's policy (kernels/cuda/conv_algo_cache.h),
 // which has no CUDA in it, on the CPU:
-//   - lock order (issue 24, item 4): no cache lock is held while a rank searches, so a peer that
+//   - lock order: no cache lock is held while a rank searches, so a peer that
 //     must reach a collective for the search to end (a search waits for its GPU, whose NCCL
-//     kernel waits for that peer) gets there; the old process-wide lock held across the search
-//     made this a deadlock. The collective is a real ring all-reduce on the asynchronous device.
-//   - keying (item 10): an algorithm found for one batch size is reused for another only as
+//     kernel waits for that peer) gets there; a lock held across the search would deadlock.
+//     The collective is a real ring all-reduce on the asynchronous device.
+//   - keying: an algorithm found for one batch size is reused for another only as
 //     "not exact", and a search for the exact shape then stores and returns its own entry.
 //   ./dpb_tests --gtest_filter='ConvAlgoCache*'
 #include <gtest/gtest.h>

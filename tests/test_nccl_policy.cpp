@@ -1,9 +1,9 @@
 // test_nccl_policy.cpp: the nccl all-reduce's GPU-free decisions (collectives/cuda/nccl_allreduce.h)
 // on the CPU, in every build:
-//   - item 5 of issue 24: whether NCCL may run the ranks is judged per node (ranks on this node
+//   - placement: whether NCCL may run the ranks is judged per node (ranks on this node
 //     against this node's GPUs): 8 processes on two 4-GPU nodes are accepted, 2 ranks on one GPU
 //     are refused before NCCL 2.30 and allowed from 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1.
-//   - item 6: a rank that fails before its first call aborts every communicator before the rank
+//   - abort: a rank that fails before its first call aborts every communicator before the rank
 //     threads are joined: peers polling a call that can never complete (NCCL connecting to the
 //     failed rank) return with an error. The fake backend gives up after a deadline, so the test
 //     fails instead of hanging when the abort does not come.
