@@ -5,7 +5,7 @@
 // search (cudnnFind*) runs. A search waits for its GPU: it times kernels, and with CUDA's lazy
 // module loading (the default from CUDA 12.2) the first launch of a kernel may wait for the
 // device to drain, which includes an NCCL kernel that waits for a peer rank. Had that peer to
-// take a lock this search holds (the old process-wide one, held across the search), neither
+// take a lock this search holds (e.g. one lock per process, held across the search), neither
 // would move: the first step of threads + NCCL + overlap on 2+ GPUs could hang. So a rank looks
 // the shape up under its GPU's lock, searches with no lock held, and inserts under the lock
 // again; when two ranks of one GPU search the same shape at once, the first insert wins and both
