@@ -5,8 +5,8 @@
 # packed original, and there runs what a GPU machine runs first: `run_gpu.sh env` (libraries
 # resolve), `run_gpu.sh test` (a few GoogleTest cases, the CLI checks, which read
 # scripts/train_csv_columns.json, and the NVTX check; the CUDA parts skip without a GPU) and
-# `run_gpu.sh check --dry-run` on its first steps. Issue 24 item 2: a file the bundle's tests
-# read was not packed, so `run_gpu.sh test` failed on every machine. scripts/test.sh runs it.
+# `run_gpu.sh check --dry-run` on its first steps, so a file the bundle's tests read but the
+# bundle does not pack fails here. scripts/test.sh runs it.
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 B=$(cd "${1:?usage: bundle_test.sh BUILD_DIR}" && pwd) || exit 1
