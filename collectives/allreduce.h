@@ -28,8 +28,6 @@
 #include "src/core/transport.h"
 #include "src/core/device.h"
 
-struct ncclComm;  // <nccl.h>'s communicator (ncclComm_t); NCCL is optional, see make_nccl_allreduce
-
 namespace dpb {
 
 // k-thread barrier: a waiter polls for up to spin_ns, then blocks on std::atomic::wait (a futex).
@@ -150,11 +148,7 @@ std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group);
 // count), else why not (ranks sharing a GPU need NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1,
 // at most 2 per GPU). node_ranks 0: not known here (NCCL checks at start-up).
 std::string nccl_refuse_ranks(int k, int node_ranks);
-// The NCCL this dpbench runs with, e.g. "2.28.9" ("unknown" when it cannot say); "" when built
-// without NCCL.
-std::string nccl_version();
-// The asynchronous error NCCL holds for `comm` ("" when none), for the CUDA device's host waits.
-std::string nccl_async_error(ncclComm* comm);
+// nccl_version() is declared in src/core/optional_deps.h (the CUDA backend's facts name it).
 // The most ranks NCCL lets share one GPU here: 1, or 2 from NCCL 2.30 with
 // NCCL_MULTI_RANK_GPU_ENABLE=1. Without NCCL in the build: 1, NCCL's default.
 int nccl_max_ranks_per_gpu();

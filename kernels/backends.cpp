@@ -7,53 +7,17 @@
 #include "kernels/async/async_device.h"
 #include "kernels/cpu/cpu_device.h"
 
-#ifdef DPB_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
-
 namespace dpb {
 namespace {
 
 std::string cpu_unavailable() { return ""; }
 
-#ifdef DPB_HAVE_CUDA
-std::string cuda_version(int v) {  // 12040 -> "12.4"
-  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
-}
-
-// Why the CUDA runtime sees no GPU, in words a user can act on ("" when it sees one). A driver
-// older than the runtime is the common case on a machine whose nvidia-smi lists GPUs.
-std::string cuda_runtime_error() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e == cudaSuccess) return n > 0 ? "" : "no CUDA GPU found (cudaGetDeviceCount found 0 GPUs)";
-  (void)cudaGetLastError();  // not sticky, but leave nothing behind for the next call to find
-  const std::string err = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-  if (e != cudaErrorInsufficientDriver) return "no CUDA GPU found (" + err + ")";
-  int driver = 0, runtime = 0;  // the driver's version is 0 when no driver is loaded
-  const bool have_driver = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
-  const bool have_runtime = cudaRuntimeGetVersion(&runtime) == cudaSuccess;
-  const std::string rt = have_runtime ? cuda_version(runtime) : "unknown";
-  return "CUDA driver too old for this runtime: driver " +
-         (have_driver ? cuda_version(driver) : std::string("unknown")) + ", runtime " + rt + " (" +
-         err + "); install an NVIDIA driver that supports CUDA " + rt +
-         ", or build dpbench with a CUDA toolkit this driver supports";
-}
-#endif
 std::unique_ptr<Device> make_cpu(int rank, const DeviceOptions& o) {
   return make_cpu_device(rank, o.threads);
 }
 
-std::string cuda_unavailable() {
-  if (!cuda_built())
-    return "this dpbench was built without the CUDA backend (reconfigure with -DDPB_CUDA=ON on a "
-           "machine with the CUDA toolkit)";
-#ifdef DPB_HAVE_CUDA
-  return cuda_runtime_error();
-#else
-  return "";  // not reached: cuda_built() is false without DPB_HAVE_CUDA
-#endif
-}
+// "" with a usable GPU, else why not: not built, or what the CUDA runtime says (kernels/cuda).
+std::string cuda_unavailable() { return cuda_unavailable_reason(); }
 // Rank r on GPU r mod count (one process per rank: its local rank mod count): ranks share GPUs
 // when there are more ranks than GPUs.
 std::unique_ptr<Device> make_cuda(int rank, const DeviceOptions& o) {

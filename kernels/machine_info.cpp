@@ -11,8 +11,9 @@
 #include <thread>
 
 #include "kernels/backends.h"
-#include "src/core/device.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "src/core/cpu_info.h"
+#include "src/core/device.h"
 
 #ifndef DPB_VERSION
 #define DPB_VERSION "unknown"
@@ -96,8 +97,7 @@ nlohmann::ordered_json memory_gib() {
 
 nlohmann::ordered_json machine_info() {
   nlohmann::ordered_json j;
-  const std::string cpu = field("/proc/cpuinfo", "model name");
-  j["cpu"] = cpu.empty() ? "unknown" : cpu;
+  j["cpu"] = cpu_model_name();
   j["cores"] = std::thread::hardware_concurrency();
   j["memory_gib"] = memory_gib();
   j["os"] = os_name();

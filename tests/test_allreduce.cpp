@@ -17,6 +17,7 @@
 #include "collectives/allreduce.h"
 #include "collectives/registry.h"
 #include "src/core/check.h"
+#include "src/core/forwarding_device.h"
 #include "src/core/registry.h"
 #include "kernels/cpu/cpu_device.h"
 
@@ -294,48 +295,16 @@ struct Shared {  // the recording devices of one group
   explicit Shared(int k) : records(k) {}
 };
 
-class RecordingDevice final : public Device {
+// Compute ops, memory and the other comm ops go to a CPU device (ForwardingDevice).
+class RecordingDevice final : public ForwardingDevice {
  public:
   RecordingDevice(int rank, Shared& sh, bool pretend_cuda)
-      : in_(make_cpu_device(rank, 1)), sh_(sh), cuda_(pretend_cuda) {}
+      : ForwardingDevice(make_cpu_device(rank, 1)), sh_(sh), cuda_(pretend_cuda) {}
   int fail_reduce_after = -1;  // comm_reduce throws on its call number fail_reduce_after
   std::vector<long> seen;      // per peer: the record count this device last waited on
 
   BackendKind kind() const override { return cuda_ ? BackendKind::Cuda : BackendKind::Cpu; }
-  int rank() const override { return in_->rank(); }
   std::string name() const override { return "recording " + in_->name(); }
-  float* alloc(size_t n, const char* w) override { return in_->alloc(n, w); }
-  void release(float* p) override { in_->release(p); }
-  void upload(float* d, const float* h, size_t n) override { in_->upload(d, h, n); }
-  void download(float* h, const float* s, size_t n) override { in_->download(h, s, n); }
-  void fill(float* d, float v, size_t n) override { in_->fill(d, v, n); }
-  void copy(float* d, const float* s, size_t n) override { in_->copy(d, s, n); }
-  void load_images(float* d, const uint8_t* h, size_t n) override { in_->load_images(d, h, n); }
-  void load_labels(float* d, const uint8_t* h, size_t n) override { in_->load_labels(d, h, n); }
-  void synchronize() override {}
-  void conv2d_forward(const ConvShape&, const float*, const float*, const float*,
-                      float*) override {}
-  void conv2d_backward(const ConvShape&, const float*, const float*, const float*, float*, float*,
-                       float*) override {}
-  void avgpool_forward(const PoolShape&, const float*, float*) override {}
-  void avgpool_backward(const PoolShape&, const float*, float*) override {}
-  void gap_forward(int, int, int, const float*, float*) override {}
-  void gap_backward(int, int, int, const float*, float*) override {}
-  void relu_forward(const float*, float*, size_t) override {}
-  void relu_backward(const float*, const float*, float*, size_t) override {}
-  void dense_forward(int, int, int, const float*, const float*, const float*, float*) override {}
-  void dense_backward(int, int, int, const float*, const float*, const float*, float*, float*,
-                      float*) override {}
-  void softmax_xent(int, int, const float*, const float*, float, float*, float*) override {}
-  void batchnorm_forward_train(const BnShape&, const float*, const float*, const float*, float*,
-                               float*, float*, float*, float*) override {}
-  void batchnorm_forward_infer(const BnShape&, const float*, const float*, const float*,
-                               const float*, const float*, float*) override {}
-  void batchnorm_backward(const BnShape&, const float*, const float*, const float*, const float*,
-                          const float*, float*, float*, float*) override {}
-  void axpy(float, const float*, float*, size_t) override {}
-  void sgd_step(float*, const float*, float, size_t) override {}
-  void comm_copy(float* d, const float* s, size_t n) override { in_->comm_copy(d, s, n); }
   void comm_reduce(float* d, const float* s, size_t n) override {
     if (reduces_++ == fail_reduce_after) throw Error("injected comm_reduce failure");
     in_->comm_reduce(d, s, n);
@@ -352,7 +321,6 @@ class RecordingDevice final : public Device {
   }
 
  private:
-  std::unique_ptr<Device> in_;
   Shared& sh_;
   bool cuda_;
   int reduces_ = 0;

@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cuda/cuda_device.h"
@@ -128,9 +130,34 @@ TEST(CudaDevice, SkipsCleanlyOrCountsGpus) {
   int n = cuda_device_count();  // must not throw, with or without a driver
   EXPECT_GE(n, 0);
   if (n == 0) EXPECT_FALSE(cuda_unavailable_reason().empty());
-  std::printf("CUDA: %d GPU(s); %s\n", n, cuda_library_versions().c_str());
+  std::printf("CUDA: %d GPU(s); %s\n", n, cuda_info().dump().c_str());
   REQUIRE_GPU();
   for (int g = 0; g < n; ++g) std::printf("  %s\n", make_cuda_device(g, g, false)->name().c_str());
+}
+
+// A library's asynchronous error (NCCL's, through the probe collectives/cuda registers) ends a
+// host wait with its message; an empty probe removes it and the same wait then succeeds.
+TEST(CudaDevice, AsyncErrorProbeEndsHostWaits) {
+  REQUIRE_GPU();
+  auto dev = make_cuda_device(0, 0, false);
+  auto& cuda = dynamic_cast<CudaDevice&>(*dev);
+  int calls = 0;
+  cuda.set_async_error_probe([&calls] { return ++calls, std::string("injected async error"); });
+  // Keeps the comm stream busy for 200 ms, so that comm_synchronize polls.
+  const cudaHostFn_t sleep_200ms = [](void*) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  };
+  CUDA_CHECK(cudaLaunchHostFunc(cuda.comm_stream(), sleep_200ms, nullptr));
+  try {
+    dev->comm_synchronize();
+    ADD_FAILURE() << "comm_synchronize ignored the probe's error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("comm_synchronize: injected async error"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_GE(calls, 1);
+  cuda.set_async_error_probe({});
+  dev->comm_synchronize();  // the host function's 200 ms end; no probe, no error
 }
 
 }  // namespace

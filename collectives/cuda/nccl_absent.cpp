@@ -1,24 +1,28 @@
-// nccl_absent.cpp: the nccl all-reduce's functions (collectives/allreduce.h) in a build without
-// NCCL: CMake picks this file instead of nccl_allreduce.cu when the CUDA backend is not built or
-// NCCL was not found (cmake/cuda_deps.cmake). --allreduce nccl is then refused, saying why.
+// nccl_absent.cpp: the nccl all-reduce's functions (collectives/allreduce.h, and nccl_version of
+// src/core/optional_deps.h) in a build without NCCL: CMake picks this file instead of
+// nccl_allreduce.cu when the CUDA backend is not built or NCCL was not found
+// (cmake/cuda_deps.cmake). --allreduce nccl is then refused, saying why.
 #include <memory>
 #include <string>
 
 #include "collectives/allreduce.h"
 #include "src/core/check.h"
+#include "src/core/optional_deps.h"
 
 namespace dpb {
 namespace {
-const char* kNoNccl =
-    "--allreduce nccl: this dpbench was built without NCCL (install it, e.g. apt-get install "
-    "libnccl-dev from NVIDIA's CUDA repository or pip install nvidia-nccl-cu13, or set NCCL_ROOT, "
-    "and reconfigure); use --allreduce ring or naive";
+std::string no_nccl() {
+  return "--allreduce nccl: " +
+         built_without("NCCL", "install it, e.g. apt-get install libnccl-dev from NVIDIA's CUDA "
+                               "repository or pip install nvidia-nccl-cu13, or set NCCL_ROOT, "
+                               "and reconfigure") +
+         "; use --allreduce ring or naive";
 }
+}  // namespace
 
-std::string nccl_refuse_ranks(int, int) { return kNoNccl; }
+std::string nccl_refuse_ranks(int, int) { return no_nccl(); }
 int nccl_max_ranks_per_gpu() { return 1; }  // NCCL's default (no NCCL here to ask)
-std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup&) { throw Error(kNoNccl); }
+std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup&) { throw Error(no_nccl()); }
 std::string nccl_version() { return ""; }
-std::string nccl_async_error(ncclComm*) { return ""; }  // no communicator is ever made
 
 }  // namespace dpb

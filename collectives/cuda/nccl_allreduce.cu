@@ -19,8 +19,9 @@
 // every rank's communicator (ncclCommAbort) between two such calls. So a peer waiting for a
 // rank that failed before its first ncclAllReduce (NCCL >= 2.22 connects on first use), or
 // whose kernel waits for it, returns with an error instead of hanging the join. The CUDA
-// devices' host waits poll ncclCommGetAsyncError through nccl_async_error, which takes the same
-// lock (never waiting for it) and knows only live communicators.
+// devices' host waits poll ncclCommGetAsyncError through nccl_async_error, the probe this file
+// gives each device (CudaDevice::set_async_error_probe), which takes the same lock (never
+// waiting for it) and knows only live communicators.
 //
 // Ordering: run() enqueues on the comm stream and returns; the caller orders the buffer's
 // producers before it (comm_wait_compute) and its consumers after it (compute_wait_comm or
@@ -43,6 +44,7 @@
 #include "collectives/allreduce.h"
 #include "collectives/cuda/nccl_allreduce.h"
 #include "src/core/launcher.h"
+#include "src/core/optional_deps.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_backend.h"
 
@@ -67,6 +69,24 @@ struct LiveComms {
 LiveComms& live_comms() {
   static LiveComms l;
   return l;
+}
+
+// Polled by the CUDA devices' host waits: only a live communicator, and only when no call of its
+// rank runs (never waiting for one: the next poll asks again).
+std::string nccl_async_error(ncclComm_t comm) {
+  if (!comm) return "";
+  LiveComms& l = live_comms();
+  std::unique_lock<std::mutex> reg(l.mu);
+  auto it = l.lock_of.find(comm);
+  if (it == l.lock_of.end()) return "";  // aborted or destroyed
+  std::unique_lock<std::mutex> calls(*it->second, std::try_to_lock);
+  if (!calls.owns_lock()) return "";
+  reg.unlock();  // the rank's lock keeps comm alive (abort and destroy unregister under it)
+  ncclResult_t async = ncclSuccess;
+  if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || async == ncclSuccess ||
+      async == ncclInProgress)
+    return "";
+  return std::string("NCCL reported ") + ncclGetErrorString(async) + ": " + ncclGetLastError(comm);
 }
 
 // Waits until comm's pending operation (init, a call NCCL reported in progress) is done; throws
@@ -294,18 +314,22 @@ class NcclAllReduce final : public AllReduce {
                          "forever; set CUDA_MODULE_LOADING=EAGER\n", mode ? mode : "unset (LAZY)");
   }
 
+  // Each device's host waits then ask NCCL for its communicator's asynchronous error. The probes
+  // are set after l.mu is released: a running probe holds its device's probe lock and takes l.mu.
   void register_comms() {
     LiveComms& l = live_comms();
-    std::lock_guard<std::mutex> lk(l.mu);
-    for (int r = 0; r < int(comms_.size()); ++r) {
-      if (!comms_[r]) continue;
-      l.lock_of[comms_[r]] = &gate_->lock(r);
-      devs_[r]->set_nccl_comm(comms_[r]);
+    {
+      std::lock_guard<std::mutex> lk(l.mu);
+      for (int r = 0; r < int(comms_.size()); ++r)
+        if (comms_[r]) l.lock_of[comms_[r]] = &gate_->lock(r);
     }
+    for (int r = 0; r < int(comms_.size()); ++r)
+      if (ncclComm_t c = comms_[r])
+        devs_[r]->set_async_error_probe([c] { return nccl_async_error(c); });
   }
   // Before comms_[r] is freed: its device stops polling it, nccl_async_error forgets it.
   void unregister(int r) {
-    devs_[r]->set_nccl_comm(nullptr);
+    devs_[r]->set_async_error_probe(nullptr);
     LiveComms& l = live_comms();
     std::lock_guard<std::mutex> lk(l.mu);
     l.lock_of.erase(comms_[r]);
@@ -360,24 +384,6 @@ std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group) {
 std::string nccl_version() {
   int v = 0;
   return ncclGetVersion(&v) == ncclSuccess ? version_str(v) : "unknown";
-}
-
-// Polled by the CUDA devices' host waits: only a live communicator, and only when no call of its
-// rank runs (never waiting for one: the next poll asks again).
-std::string nccl_async_error(ncclComm* comm) {
-  if (!comm) return "";
-  LiveComms& l = live_comms();
-  std::unique_lock<std::mutex> reg(l.mu);
-  auto it = l.lock_of.find(comm);
-  if (it == l.lock_of.end()) return "";  // aborted or destroyed
-  std::unique_lock<std::mutex> calls(*it->second, std::try_to_lock);
-  if (!calls.owns_lock()) return "";
-  reg.unlock();  // the rank's lock keeps comm alive (abort and destroy unregister under it)
-  ncclResult_t async = ncclSuccess;
-  if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || async == ncclSuccess ||
-      async == ncclInProgress)
-    return "";
-  return std::string("NCCL reported ") + ncclGetErrorString(async) + ": " + ncclGetLastError(comm);
 }
 
 }  // namespace dpb

@@ -10,12 +10,9 @@
 #include <sstream>
 
 #include "kernels/backends.h"
-#include "src/core/check.h"
-#ifdef DPB_HAVE_CUDA
-#include "kernels/cuda/cuda_device.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cpu/cpu_device.h"
-#endif
+#include "kernels/cuda/cuda_backend.h"
+#include "src/core/check.h"
 
 namespace dpb {
 
@@ -55,10 +52,7 @@ namespace {
 // GPU 0 is "cuda" whether or not it is present, so that test names found by ctest on a build
 // machine without a GPU still name it on the GPU machine; further GPUs are cuda1, cuda2, ...
 void add_cuda_backends(const BackendEntry& e, std::vector<OpBackend>& b) {
-  std::string why = e.unavailable();
-#ifdef DPB_HAVE_CUDA
-  if (!why.empty()) why += ": " + cuda_unavailable_reason();  // the CUDA error string
-#endif
+  const std::string why = e.unavailable();  // the CUDA runtime's words (kernels/cuda)
   b.push_back({e.name, e.help + " (GPU 0)", [why] { return why; },
                [](int rank, bool tf32) { return make_cuda_device(rank, 0, tf32); }});
   for (int g = 1; g < cuda_device_count(); ++g)

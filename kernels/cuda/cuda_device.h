@@ -8,8 +8,10 @@
 // touched only by compute ops; comm-side state (staging for non-peer GPUs) only by comm ops, so the
 // two threads never share mutable host state.
 //
-// The method bodies are split by op family: cuda_device.cu (memory, streams, events, comm),
-// conv_cudnn.cu, dense_cublas.cu, pool.cu, batchnorm_cudnn.cu, softmax_xent.cu, elementwise.cu.
+// The method bodies are split by concern: cuda_device.cpp (construction, memory, staging),
+// cuda_streams.cpp (waits, timers, stream and rank ordering), cuda_comm.cu (comm ops), and by op
+// family: conv_cudnn.cu, dense_cublas.cu, pool.cu, batchnorm_cudnn.cu, softmax_xent.cu,
+// elementwise.cu. The factory functions (cuda_backend.h) are in cuda_backend.cpp.
 #pragma once
 #include <atomic>
 #include <array>
@@ -25,12 +27,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "src/core/device.h"
 
-typedef struct ncclComm* ncclComm_t;  // as <nccl.h> has it; NCCL is optional (nccl_absent.cpp)
-
 namespace dpb {
-
-// Versions loaded at run time (driver, runtime, cuBLAS, cuDNN, NCCL), e.g. for logs; never throws.
-std::string cuda_library_versions();
 
 // Launchers for the kernels shared between op files (elementwise.cu); all check the launch.
 namespace cuda_kernels {
@@ -70,16 +67,18 @@ class CudaDevice final : public Device {
   std::string name() const override { return name_; }
   int gpu() const { return gpu_; }
   bool tf32() const { return tf32_; }
-  cudaStream_t compute_stream() const { return compute_; }
   cudaStream_t comm_stream() const { return comm_; }  // NCCL runs here
   // Host waits poll (cudaEventQuery / cudaStreamQuery) instead of blocking in the driver, so that
-  // a failed peer (cancel_waits) or an NCCL error on this rank's communicator cannot hang the
-  // calling thread; they throw dpb::Error naming `what` instead.
+  // a failed peer (cancel_waits) or an asynchronous error of a library on the streams (the probe
+  // below) cannot hang the calling thread; they throw dpb::Error naming `what` instead.
   void wait_event(cudaEvent_t ev, const char* what);
   void wait_stream(cudaStream_t st, const char* what);
-  // The NCCL communicator of this rank (nullptr: none), polled for asynchronous errors while the
-  // host waits. Set by the nccl all-reduce for its lifetime.
-  void set_nccl_comm(ncclComm_t comm) { nccl_comm_.store(comm); }
+  // A library whose work on these streams can fail asynchronously registers a probe here for
+  // that work's lifetime (the nccl all-reduce: its communicator's error, collectives/cuda): host
+  // waits call it every 64 polls, from any thread, and throw its answer when not "". Setting
+  // another (or an empty one) returns once no call of the old probe runs, so what it refers to
+  // may then be freed. The backend itself knows no such library.
+  void set_async_error_probe(std::function<std::string()> probe);
 
   float* alloc(size_t n, const char* what) override;
   void release(float* p) override;
@@ -152,6 +151,7 @@ class CudaDevice final : public Device {
   bool accessible(const void* p) const;  // can this GPU's kernels dereference p directly?
   float* comm_scratch(size_t n);         // comm-stream scratch, grown as needed
   void poll(const std::function<cudaError_t()>& query, const char* what);
+  std::string async_error();  // the probe's answer ("" without a probe)
   // DPB_CUDA_SYNC=1: wait for stream st after every op and report a kernel fault against `op`
   // (otherwise it surfaces at some later call).
   void op_done(const char* op, cudaStream_t st) {
@@ -204,7 +204,8 @@ class CudaDevice final : public Device {
   std::atomic<bool> leak_warned_{false};
   std::mutex cancel_mu_;
   std::string cancel_why_;
-  std::atomic<ncclComm_t> nccl_comm_{nullptr};
+  std::mutex probe_mu_;  // held while the probe is called or replaced
+  std::function<std::string()> probe_;
 };
 
 }  // namespace dpb

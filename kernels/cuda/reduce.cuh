@@ -9,11 +9,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;  // complete in lane 0
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;  // complete in every lane
-}
-
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); the result is valid in thread 0.
 // Every thread of the block must call it.
 __device__ __forceinline__ float block_sum(float v) {

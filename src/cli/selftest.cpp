@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -19,10 +18,8 @@
 #include "collectives/allreduce.h"
 #include "collectives/registry.h"
 #include "kernels/conformance/op_cases.h"
-#ifdef DPB_HAVE_CUDA
-#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_backend.h"
-#endif
+#include "src/core/cpu_info.h"
 
 namespace dpb {
 namespace {
@@ -197,22 +194,6 @@ void allreduce_checks(const std::string& label,
   }
 }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
-// Why no GPU is used: "" when there is one.
-std::string no_gpu_reason() {
-#ifdef DPB_HAVE_CUDA
-  return cuda_unavailable_reason();
-#else
-  return "this dpbench was built without the CUDA backend (-DDPB_CUDA=OFF or no nvcc)";
-#endif
-}
-
 }  // namespace
 
 CLI::App* add_selftest_command(CLI::App& app, SelftestOptions& opt) {
@@ -227,11 +208,11 @@ CLI::App* add_selftest_command(CLI::App& app, SelftestOptions& opt) {
 int run_selftest(const SelftestOptions& opt) {
   Report rep(opt.json);
   const int ngpu = cuda_device_count();
-  const std::string why = ngpu > 0 ? "" : no_gpu_reason();
+  const std::string why = ngpu > 0 ? "" : cuda_unavailable_reason();  // e.g. built without it
   if (!opt.json) {
     std::printf("dpbench selftest: ops against the CPU reference (CPU backend, 1 thread); "
                 "all-reduce on 2 ranks with exact sums\nCPU: %s, %u hardware threads\n",
-                cpu_model().c_str(), std::thread::hardware_concurrency());
+                cpu_model_name().c_str(), std::thread::hardware_concurrency());
     if (ngpu > 0) std::printf("CUDA GPUs: %d\n", ngpu);
     else std::printf("No GPU found: %s. Checking the CPU backend only.\n", why.c_str());
     std::printf("\n%-7s %-18s %-6s %9s %8s  %s\n", "backend", "op", "result", "max error", "time",
@@ -255,13 +236,11 @@ int run_selftest(const SelftestOptions& opt) {
     op_checks(be, refs, rep);
     allreduce_checks(be.name, [&](int r) { return be.make(r, false); }, rep);
   }
-#ifdef DPB_HAVE_CUDA
   if (ngpu >= 2)  // ranks on GPUs 0 and 1: peer access or staging between GPUs, NCCL across GPUs
     allreduce_checks("cuda+1", [](int r) { return make_cuda_device(r, r, false); }, rep);
-#endif
   const int pass = rep.count("pass"), fail = rep.count("FAIL"), skip = rep.count("skip");
   if (opt.json) {
-    nlohmann::json j = {{"cpu", cpu_model()}, {"cuda_built", cuda_built()}, {"cuda_devices", ngpu},
+    nlohmann::json j = {{"cpu", cpu_model_name()}, {"cuda_built", cuda_built()}, {"cuda_devices", ngpu},
                         {"no_gpu_reason", why}, {"passed", pass}, {"failed", fail},
                         {"skipped", skip}, {"checks", nlohmann::json::array()}};
     for (const Check& c : rep.checks())

@@ -169,56 +169,50 @@ class Device : public MemoryOwner {
   virtual std::unique_ptr<StreamTimer> make_timer(StreamKind s);
 };
 
-// Owns a device buffer; movable, not copyable. Allocated by a device, or adopted from another
-// owner of device memory (a transport's shared arena: CommGroup::alloc).
-class Buffer {
+// Owns n floats that Free(owner, p) gives back when it dies or is reset; movable, not copyable.
+// The one owner type behind Buffer and HostBuffer.
+template <class Owner, void (Owner::*Free)(float*)>
+class OwnedFloats {
  public:
-  Buffer() = default;
-  Buffer(Device& dev, size_t n, const char* what) : dev_(&dev), p_(dev.alloc(n, what)), n_(n) {}
-  Buffer(MemoryOwner& owner, float* p, size_t n) : dev_(&owner), p_(p), n_(n) {}
-  Buffer(Buffer&& o) noexcept : dev_(o.dev_), p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
-  Buffer& operator=(Buffer&& o) noexcept {
-    if (this != &o) { reset(); dev_ = o.dev_; p_ = o.p_; n_ = o.n_; o.p_ = nullptr; o.n_ = 0; }
+  OwnedFloats() = default;
+  OwnedFloats(Owner& owner, float* p, size_t n) : owner_(&owner), p_(p), n_(n) {}
+  OwnedFloats(OwnedFloats&& o) noexcept : owner_(o.owner_), p_(o.p_), n_(o.n_) { o.forget(); }
+  OwnedFloats& operator=(OwnedFloats&& o) noexcept {
+    if (this != &o) reset(), owner_ = o.owner_, p_ = o.p_, n_ = o.n_, o.forget();
     return *this;
   }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() { reset(); }
-  void reset() { if (p_) dev_->release(p_); p_ = nullptr; n_ = 0; }
+  OwnedFloats(const OwnedFloats&) = delete;
+  OwnedFloats& operator=(const OwnedFloats&) = delete;
+  ~OwnedFloats() { reset(); }
+  void reset() {
+    if (p_) (owner_->*Free)(p_);
+    forget();
+  }
   float* get() const { return p_; }
   size_t size() const { return n_; }
 
  private:
-  MemoryOwner* dev_ = nullptr;
+  void forget() { p_ = nullptr, n_ = 0; }
+  Owner* owner_ = nullptr;
   float* p_ = nullptr;
   size_t n_ = 0;
 };
 
-// Owns host staging memory from Device::alloc_host; movable, not copyable.
-class HostBuffer {
+// Owns a device buffer. Allocated by a device, or adopted from another owner of device memory
+// (a transport's shared arena: CommGroup::alloc).
+class Buffer : public OwnedFloats<MemoryOwner, &MemoryOwner::release> {
+ public:
+  Buffer() = default;
+  Buffer(Device& dev, size_t n, const char* what) : OwnedFloats(dev, dev.alloc(n, what), n) {}
+  Buffer(MemoryOwner& owner, float* p, size_t n) : OwnedFloats(owner, p, n) {}
+};
+
+// Owns host staging memory from Device::alloc_host.
+class HostBuffer : public OwnedFloats<Device, &Device::free_host> {
  public:
   HostBuffer() = default;
   HostBuffer(Device& dev, size_t n, const char* what)
-      : dev_(&dev), p_(dev.alloc_host(n, what)), n_(n) {}
-  HostBuffer(HostBuffer&& o) noexcept : dev_(o.dev_), p_(o.p_), n_(o.n_) {
-    o.p_ = nullptr;
-    o.n_ = 0;
-  }
-  HostBuffer& operator=(HostBuffer&& o) noexcept {
-    if (this != &o) { reset(); dev_ = o.dev_; p_ = o.p_; n_ = o.n_; o.p_ = nullptr; o.n_ = 0; }
-    return *this;
-  }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  ~HostBuffer() { reset(); }
-  void reset() { if (p_) dev_->free_host(p_); p_ = nullptr; n_ = 0; }
-  float* get() const { return p_; }
-  size_t size() const { return n_; }
-
- private:
-  Device* dev_ = nullptr;
-  float* p_ = nullptr;
-  size_t n_ = 0;
+      : OwnedFloats(dev, dev.alloc_host(n, what), n) {}
 };
 
 // Devices by backend name: make_device / make_devices in kernels/backends.h (the backend table);

@@ -1,18 +1,20 @@
-// cuda_info.cpp: the CUDA backend's facts for `dpbench info` and the benchmark context (see
-// kernels/machine_info.h): driver, runtime, cuDNN, NCCL and cuBLAS versions and every GPU.
-// Host API only, so a plain C++ file; compiled only with the CUDA backend.
+// cuda_backend.cpp: what the rest of dpbench asks of the CUDA backend (cuda_backend.h): the
+// device factory, the GPU count, why no GPU can be used, and the CUDA facts of `dpbench info` and
+// the benchmark context (kernels/machine_info.h): driver, runtime, cuDNN, NCCL and cuBLAS versions
+// and every GPU. Host API only, so a plain C++ file; built with the CUDA backend, else
+// cuda_absent.cpp defines the same functions.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <library_types.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 
-#include "collectives/allreduce.h"
-#include "src/core/device.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/machine_info.h"
+#include "kernels/cuda/cuda_device.h"
+#include "src/core/optional_deps.h"
 
 namespace dpb {
 namespace {
@@ -27,6 +29,40 @@ std::string three(long v) {  // major*10000 + minor*100 + patch -> "9.1.0"
 }
 
 }  // namespace
+
+std::unique_ptr<Device> make_cuda_device(int rank, int gpu, bool tf32) {
+  return std::make_unique<CudaDevice>(rank, gpu, tf32);
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+bool cuda_built() { return true; }
+
+// In words a user can act on. A driver older than the runtime is the common case on a machine
+// whose nvidia-smi lists GPUs.
+std::string cuda_unavailable_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess) return n > 0 ? "" : "no CUDA GPU found (cudaGetDeviceCount found 0 GPUs)";
+  (void)cudaGetLastError();  // not sticky, but leave nothing behind for the next call to find
+  const std::string err = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  if (e != cudaErrorInsufficientDriver) return "no CUDA GPU found (" + err + ")";
+  int driver = 0, runtime = 0;  // the driver's version is 0 when no driver is loaded
+  const bool have_driver = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
+  const bool have_runtime = cudaRuntimeGetVersion(&runtime) == cudaSuccess;
+  const std::string rt = have_runtime ? dotted(runtime, 1000, 10) : "unknown";
+  return "CUDA driver too old for this runtime: driver " +
+         (have_driver ? dotted(driver, 1000, 10) : std::string("unknown")) + ", runtime " + rt +
+         " (" + err + "); install an NVIDIA driver that supports CUDA " + rt +
+         ", or build dpbench with a CUDA toolkit this driver supports";
+}
 
 nlohmann::ordered_json cuda_info() {
   nlohmann::ordered_json j;
@@ -55,6 +91,7 @@ nlohmann::ordered_json cuda_info() {
                      std::to_string(prop.major) + "." + std::to_string(prop.minor)}});
   }
   j["gpus"] = gpus;
+  (void)cudaGetLastError();  // a failed query above leaves nothing for the next call to find
   return j;
 }
 
