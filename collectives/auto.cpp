@@ -57,4 +57,15 @@ std::unique_ptr<AllReduce> make_auto_allreduce(CommGroup& group, const AllReduce
   return std::make_unique<AutoAllReduce>(group, opts);
 }
 
+// Its cost on an emulated link (its registry entry carries it): the cost of the algorithm its
+// tuning table (q.tune_file, "": the built-in one) picks for this size, k and backend.
+double auto_link_cost(const LinkCostQuery& q) {
+  std::string why;
+  for (const TuneRule& r : resolve_tuning(load_tune_file(q.tune_file), q.kind, q.k, &why))
+    if (r.unbounded || q.bytes <= double(r.up_to_bytes))
+      return allreduce_link_cost(r.algorithm, q.bytes, q.k, q.link, q.kind, q.tune_file);
+  DPB_CHECK(false, "--allreduce auto: the tuning table (" << why << ") has no rule for "
+                                                          << q.bytes << " bytes");
+}
+
 }  // namespace dpb

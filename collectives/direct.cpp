@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collectives/allreduce.h"
+#include "collectives/link.h"
 
 namespace dpb {
 namespace {
@@ -54,6 +55,13 @@ class DirectAllReduce final : public AllReduce {
 
 std::unique_ptr<AllReduce> make_direct_allreduce(CommGroup& group) {
   return std::make_unique<DirectAllReduce>(group);
+}
+
+// Its alpha-beta cost on an emulated link (link.h; its registry entry carries it): rank r reads its
+// chunk from peers r+1, r+2, ... in turn; at each turn every rank sends one chunk and receives
+// one, so no link is shared; then the same for the gather: 2(k-1) (L + n/(kG)).
+double direct_link_cost(const LinkCostQuery& q) {
+  return q.k <= 1 ? 0.0 : 2.0 * (q.k - 1) * q.link.transfer_s(q.bytes / q.k);
 }
 
 }  // namespace dpb

@@ -1,5 +1,6 @@
-// link.cpp: the emulated link (LinkFabric, the pacing Device decorator) and the alpha-beta cost
-// table of the all-reduce algorithms. See link.h; tested by tests/test_link.cpp.
+// link.cpp: the emulated link: LinkFabric (the booking policy), book_step and the paced transport
+// (the seam both launchers pace at), the device that puts a rank on a fabric, and the query of
+// the registry's cost models. See link.h; tested by tests/test_link.cpp.
 #include "collectives/link.h"
 
 #include <sys/prctl.h>
@@ -10,9 +11,9 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "collectives/registry.h"
-#include "collectives/tuning.h"
 #include "src/core/check.h"
 #include "src/core/forwarding_device.h"
 
@@ -74,26 +75,6 @@ LinkFabric::Clock::time_point LinkFabric::reserve(int src, int dst, double bytes
   return done;
 }
 
-void LinkFabric::add_memory(const void* p, size_t bytes, int rank) {
-  if (!p) return;
-  std::lock_guard<std::mutex> lk(mu_);
-  mem_[static_cast<const char*>(p)] = {bytes, rank};
-}
-
-void LinkFabric::remove_memory(const void* p) {
-  std::lock_guard<std::mutex> lk(mu_);
-  mem_.erase(static_cast<const char*>(p));
-}
-
-int LinkFabric::owner(const void* p, int fallback) const {
-  const char* c = static_cast<const char*>(p);
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = mem_.upper_bound(c);  // first allocation starting after p
-  if (it == mem_.begin()) return fallback;
-  --it;
-  return c < it->first + it->second.first ? it->second.second : fallback;
-}
-
 long LinkFabric::transfers() const {
   std::lock_guard<std::mutex> lk(mu_);
   return transfers_;
@@ -103,8 +84,6 @@ double LinkFabric::bytes() const {
   std::lock_guard<std::mutex> lk(mu_);
   return bytes_;
 }
-
-// ---------------------------------------------------------------- the decorator
 
 // Sleeps (never spins) until t. The default timer slack (50 us) would make every wake-up late by
 // up to that much, so the pacing threads ask for 1 ns.
@@ -117,8 +96,75 @@ void link_sleep_until(LinkFabric::Clock::time_point t) {
   std::this_thread::sleep_until(t);
 }
 
+// ---------------------------------------------------------------- the seam: a step
+
+LinkFabric::Clock::time_point book_step(LinkFabric& fab, const Transport& t, int rank,
+                                        std::span<const SendOp> sends,
+                                        std::span<const RecvOp> recvs) {
+  auto done = LinkFabric::Clock::now();
+  LinkFabric::Clock::time_point chain{};  // the end of this rank's last own move
+  auto book = [&](int src, int dst, size_t len, int by) {
+    if (len == 0 || src == dst) return;  // within one rank's memory: not a link transfer
+    const bool ours = by == rank;
+    if (!ours && t.is_local(by)) return;  // a rank of this process books its own moves
+    const auto end = fab.reserve(src, dst, double(len) * sizeof(float), by,
+                                 ours ? chain : LinkFabric::Clock::time_point{});
+    if (ours) chain = end;
+    done = std::max(done, end);
+  };
+  for (const RecvOp& r : recvs) book(r.from, rank, r.len, r.op == RecvOp::Put ? r.from : rank);
+  for (const SendOp& s : sends) book(rank, s.to, s.len, s.put_off == SendOp::kPull ? s.to : rank);
+  return done;
+}
+
 namespace {
 
+// A transport whose steps are paced (with_link): everything else is the inner transport's.
+class PacedTransport final : public Transport {
+ public:
+  PacedTransport(std::unique_ptr<Transport> inner, std::shared_ptr<LinkFabric> fabric)
+      : in_(std::move(inner)), fab_(std::move(fabric)) {
+    DPB_CHECK(fab_->size() == in_->size(), "emulated link: a fabric of " << fab_->size()
+                                               << " ranks for a group of " << in_->size());
+  }
+  Transport& inner() { return *in_; }
+
+  void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+            bool fence) override {
+    const auto done = book_step(*fab_, *in_, rank, sends, recvs);
+    in_->step(rank, sends, recvs, false);  // the moves, at host speed
+    link_sleep_until(done);                // before the fence: peers wait for the link too
+    if (fence) in_->fence(rank);
+  }
+  void fence(int rank) override { in_->fence(rank); }
+
+  std::string launcher() const override { return in_->launcher(); }
+  int size() const override { return in_->size(); }
+  int processes() const override { return in_->processes(); }
+  bool is_local(int rank) const override { return in_->is_local(rank); }
+  Device& device(int rank) const override { return in_->device(rank); }
+  BackendKind kind() const override { return in_->kind(); }
+  Buffer alloc(int rank, size_t n, const char* what) override { return in_->alloc(rank, n, what); }
+  void begin(int rank, float* buf) override { in_->begin(rank, buf); }
+  void barrier(int rank) override { in_->barrier(rank); }
+  void broadcast_host(int rank, void* data, size_t bytes, int root) override {
+    in_->broadcast_host(rank, data, bytes, root);
+  }
+  void allgather_host(int rank, const void* mine, void* all, size_t bytes) override {
+    in_->allgather_host(rank, mine, all, bytes);
+  }
+  void abort(int rank, const std::string& why) override { in_->abort(rank, why); }
+  bool aborted() const override { return in_->aborted(); }
+  long barrier_spin_ns() const override { return in_->barrier_spin_ns(); }
+  void set_barrier_spin_ns(long ns) override { in_->set_barrier_spin_ns(ns); }
+
+ private:
+  std::unique_ptr<Transport> in_;
+  std::shared_ptr<LinkFabric> fab_;
+};
+
+// A rank's device on a fabric: it carries the fabric to the threads transport and hands the
+// fabric its comm issue times; its own comm ops are the inner device's, unpaced.
 class LinkDevice final : public ForwardingDevice {
  public:
   LinkDevice(std::unique_ptr<Device> inner, std::shared_ptr<LinkFabric> fabric)
@@ -133,22 +179,8 @@ class LinkDevice final : public ForwardingDevice {
   int rank() const override { return rank_; }
   std::string name() const override { return in_->name() + " + link " + fab_->spec().label(); }
   bool comm_paced() const override { return true; }
+  const std::shared_ptr<LinkFabric>& fabric() const { return fab_; }
 
-  float* alloc(size_t n, const char* what) override {
-    float* p = in_->alloc(n, what);
-    fab_->add_memory(p, n * sizeof(float), rank_);
-    return p;
-  }
-  void release(float* p) override {
-    fab_->remove_memory(p);
-    in_->release(p);
-  }
-  void comm_copy(float* dst, const float* src, size_t n) override {
-    paced(dst, src, n, [&] { in_->comm_copy(dst, src, n); });
-  }
-  void comm_reduce(float* dst, const float* src, size_t n) override {
-    paced(dst, src, n, [&] { in_->comm_reduce(dst, src, n); });
-  }
   // The host's issue points (link.h, "Two clocks"): a compute mark remembers when it was taken
   // (backward made a unit ready); waiting on it, or on all compute, issues the comm work then.
   int compute_mark() override {
@@ -177,19 +209,6 @@ class LinkDevice final : public ForwardingDevice {
   }
 
  private:
-  // A transfer between two ranks: book it, do the real work, sleep until the link delivers.
-  template <class Op>
-  void paced(const float* dst, const float* src, size_t n, Op op) {
-    const int from = fab_->owner(src, rank_), to = fab_->owner(dst, rank_);
-    if (from == to || n == 0) {  // within one rank's memory: not a link transfer
-      op();
-      return;
-    }
-    const auto done = fab_->reserve(from, to, double(n) * sizeof(float), rank_);
-    op();
-    link_sleep_until(done);
-  }
-
   struct Mark {
     int token, inner;
     LinkFabric::Clock::time_point at;
@@ -203,10 +222,26 @@ class LinkDevice final : public ForwardingDevice {
 
 }  // namespace
 
+std::unique_ptr<Transport> with_link(std::unique_ptr<Transport> inner,
+                                     std::shared_ptr<LinkFabric> fabric) {
+  DPB_CHECK(inner && fabric, "with_link: null transport or fabric");
+  return std::make_unique<PacedTransport>(std::move(inner), std::move(fabric));
+}
+
+Transport& unpaced(Transport& t) {
+  auto* p = dynamic_cast<PacedTransport*>(&t);
+  return p ? p->inner() : t;
+}
+
 std::unique_ptr<Device> with_link(std::unique_ptr<Device> inner,
                                   std::shared_ptr<LinkFabric> fabric) {
   DPB_CHECK(inner && fabric, "with_link: null device or fabric");
   return std::make_unique<LinkDevice>(std::move(inner), std::move(fabric));
+}
+
+std::shared_ptr<LinkFabric> link_of(Device& dev) {
+  auto* l = dynamic_cast<LinkDevice*>(&dev);
+  return l ? l->fabric() : nullptr;
 }
 
 void attach_link(std::vector<std::unique_ptr<Device>>& devs, const LinkSpec& spec) {
@@ -217,44 +252,14 @@ void attach_link(std::vector<std::unique_ptr<Device>>& devs, const LinkSpec& spe
 
 // ---------------------------------------------------------------- cost model
 
-// Every algorithm below runs its transfers one after another on each rank's thread (each comm
-// call returns when its transfer is delivered), with no two concurrent transfers on one link.
-double ring_link_cost(double n, int k, const LinkSpec& l) {  // 2(k-1) steps of one chunk each
-  return k <= 1 ? 0.0 : 2.0 * (k - 1) * l.transfer_s(n / k);
-}
-// Rank 0 pulls and adds the k-1 peers one after another ((k-1) (L + n/G)), then puts the sum
-// into them one after another (the same): 2(k-1) (L + n/G).
-double naive_link_cost(double n, int k, const LinkSpec& l) {
-  return k <= 1 ? 0.0 : 2.0 * (k - 1) * l.transfer_s(n);
-}
-// Rank r reads its chunk from peers r+1, r+2, ... in turn: at each turn every rank sends one
-// chunk and receives one, so no link is shared; then the same for the gather.
-double direct_link_cost(double n, int k, const LinkSpec& l) {
-  return k <= 1 ? 0.0 : 2.0 * (k - 1) * l.transfer_s(n / k);
-}
-// Halving: log2 k exchanges of n/2, n/4, ..., n/k with a partner (full duplex); doubling: the same
-// sizes back. (k a power of two; rhd refuses other k.)
-double rhd_link_cost(double n, int k, const LinkSpec& l) {
-  double t = 0;
-  for (int d = k / 2; d >= 1; d /= 2) t += 2.0 * l.transfer_s(n * d / k);
-  return t;
-}
-
 double allreduce_link_cost(const std::string& algorithm, double bytes, int k, const LinkSpec& link,
                            BackendKind kind, const std::string& tune_file) {
   const AllReduceEntry& e = find_allreduce(algorithm);  // throws naming an unknown one
-  if (e.link_cost) return e.link_cost(bytes, k, link);
-  if (e.name == "auto") {
-    std::string why;
-    for (const TuneRule& r : resolve_tuning(load_tune_file(tune_file), kind, k, &why))
-      if (r.unbounded || bytes <= double(r.up_to_bytes))
-        return allreduce_link_cost(r.algorithm, bytes, k, link, kind, tune_file);
-  }
+  if (e.link_cost) return e.link_cost(LinkCostQuery{bytes, k, link, kind, tune_file});
   std::string have;
   for (const AllReduceEntry& o : allreduce_algorithms())
     if (o.link_cost) have += (have.empty() ? "" : ", ") + o.name;
-  DPB_CHECK(false, "no link cost model for all-reduce '" << algorithm << "' (have: " << have
-                                                         << ", and auto)");
+  DPB_CHECK(false, "no link cost model for all-reduce '" << algorithm << "' (have: " << have << ")");
 }
 
 }  // namespace dpb

@@ -1,54 +1,50 @@
-// link.h: an emulated interconnect between ranks, and the alpha-beta cost of each all-reduce
-// algorithm on it.
+// link.h: an emulated interconnect between ranks, paced at one seam (a transport's step) for
+// ranks that are threads and ranks that are processes alike, and the query of the all-reduce
+// algorithms' alpha-beta cost models on it.
 //
 // LinkSpec: G (gigabits per second per direction) and L (microseconds per transfer); 0 and 0 is
-// "no emulation". with_link() wraps a rank's Device in a decorator that paces every comm transfer
-// between two ranks (comm_copy / comm_reduce whose source or destination is another rank's
-// memory) so that it completes no sooner than L + bytes / G after it starts. Each rank has one
-// send and one receive link (full duplex); a transfer from rank a to rank b starts when a's send
-// link and b's receive link are free, and occupies both for bytes / G (the latency is
-// propagation, not occupancy). The decorator does the real copy or sum first and then SLEEPS
-// until the emulated completion, so waiting ranks and communication threads leave the cores to
-// compute, as GPU copy engines and NICs do. Algorithms do not know: naive, ring and every other
-// algorithm that moves data through comm_copy / comm_reduce on peer pointers is paced.
+// "no emulation". Each rank has one send and one receive link (full duplex); a transfer from rank
+// a to rank b starts when a's send link and b's receive link are free, occupies both for
+// bytes / G (the latency is propagation, not occupancy) and completes L + bytes / G after it
+// starts. LinkFabric::reserve is the whole booking policy; book_step applies it to one step of
+// src/core/transport.h (its sends and receives), and with_link(Transport) paces every step of a
+// transport with it: book, do the moves for real, then SLEEP until the emulated completion before
+// the step's fence, so waiting ranks and communication threads leave the cores to compute, as GPU
+// copy engines and NICs do. Algorithms do not know: every schedule written over the transport's
+// steps is paced, the same way whichever launcher runs it.
 //
-// Whose memory: each decorated device registers its allocations with the shared LinkFabric; a
-// pointer no decorated device allocated counts as the caller's own (host staging, tests).
+// Threads: attach_link puts the k devices on one shared fabric (with_link(Device)) and the
+// threads transport made over them paces its steps with it. Processes: make_mpi_transport paces
+// with a fabric per process, which sees only its own traffic: its send and receive links are
+// exact, a peer's are booked only with what this process sent to or received from it.
 //
 // Two clocks. Until a rank's host says when its comm work was issued, a transfer starts when its
-// caller books it (wall time): the microbenchmarks. Once it does (GradSync calls comm_wait_mark
-// with the compute mark of the moment backward made the unit ready, or comm_wait_compute after
-// backward), that rank's transfers run on an emulated comm STREAM, as a GPU's copy engine does:
-// a transfer starts at the latest of the last rank's issue time, the end of the booking rank's
-// previous transfer and the two links being free, not when the host thread that books it happens
-// to wake up. On a CPU shared by 2k threads a sleeping thread is woken milliseconds late while
-// compute runs; with wall-time booking every barrier of a ring step added that delay to the
-// link, so overlap hid almost nothing at k = 4 on 2 cores (docs/decisions.md). The host still
-// does the real work in order (the data is real): the run takes the longer of the host's path
-// and the link's.
+// step books it (wall time): the microbenchmarks, and runs over processes. Once it does (GradSync
+// calls comm_wait_mark with the compute mark of the moment backward made the unit ready, or
+// comm_wait_compute after backward; the device from with_link hands the time to the fabric), the
+// rank's transfers run on an emulated comm STREAM, as a GPU's copy engine does: a transfer starts
+// at the latest of the last rank's issue time, the end of the booking rank's previous transfer
+// and the two links being free, not when the host thread that books it wakes up (a thread woken
+// late on a shared CPU would add its delay to every step: docs/decisions.md). The host still does
+// the real work in order (the data is real): the run takes the longer of the host's path and the
+// link's.
 //
-// Processes: LinkFabric::reserve is the whole pacing policy. Threads share one fabric; the MPI
-// transport (collectives/mpi/mpi_transport.cpp) paces its sends and receives with the same call
-// on a per-process fabric (wall-time booking) and sleeps the same way; the moves the threads
-// transport makes on one rank's thread (its receives and its puts) are booked one after another,
-// as that thread would do them. A process sees only its
-// own traffic: its send and receive links are exact, a peer's are booked only with what this
-// process sent to or received from it.
-//
-// Cost model (allreduce_link_cost): the emulated time of one all-reduce of n bytes over k ranks,
-// one function per algorithm, named by its registry entry, e.g. ring: 2(k-1) (L + n/(k G)). CPU work (sums,
-// copies) is assumed to hide inside the emulated time, which holds when the link is slow.
+// Cost model (allreduce_link_cost): the emulated time of one all-reduce of n bytes over k ranks;
+// each algorithm's formula lives in its own file (e.g. ring.cpp: 2(k-1) (L + n/(k G))) and its
+// registry entry carries it. CPU work (sums, copies) is assumed to hide inside the emulated time,
+// which holds when the link is slow.
 // Tested by tests/test_link.cpp.
 #pragma once
 #include <chrono>
 #include <cstddef>
-#include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "src/core/device.h"
+#include "src/core/transport.h"
 
 namespace dpb {
 
@@ -68,7 +64,7 @@ void validate_link(const LinkSpec& link, const std::string& gbps_opt,
                    const std::string& latency_opt);
 
 // Shared pacing state of k ranks: the time each rank's send and receive link become free, and
-// which rank owns which allocation. Thread-safe.
+// each rank's emulated comm stream. Thread-safe.
 class LinkFabric {
  public:
   using Clock = std::chrono::steady_clock;
@@ -78,15 +74,12 @@ class LinkFabric {
   // Books a transfer of `bytes` from rank src to rank dst by rank `by` (whose thread does it);
   // returns when it completes. It starts now (wall time) unless every rank issued its comm work
   // with issue(); then no earlier than the last issue and the end of by's previous transfer.
-  // Never before not_before (the MPI transport chains the moves one rank makes in a step).
+  // Never before not_before (book_step chains the moves one rank makes in a step).
   Clock::time_point reserve(int src, int dst, double bytes, int by,
                             Clock::time_point not_before = {});
   // Rank r's comm work from here on was issued (by its host) at t: its transfers run on r's
   // emulated stream, no earlier than t.
   void issue(int r, Clock::time_point t);
-  void add_memory(const void* p, size_t bytes, int rank);
-  void remove_memory(const void* p);
-  int owner(const void* p, int fallback) const;  // rank whose allocation holds p, else fallback
   // Totals since construction (for tests and reports).
   long transfers() const;
   double bytes() const;
@@ -97,30 +90,58 @@ class LinkFabric {
   std::vector<Clock::time_point> send_free_, recv_free_;
   std::vector<Clock::time_point> issued_, stream_;  // per rank: issue time, its last transfer's end
   std::vector<char> streamed_;                      // per rank: issue() was called
-  std::map<const char*, std::pair<size_t, int>> mem_;  // start -> (bytes, rank)
   long transfers_ = 0;
   double bytes_ = 0;
 };
 
-// Sleeps (never spins, 1 ns timer slack) until t: how a paced transfer waits for its completion.
+// Sleeps (never spins, 1 ns timer slack) until t: how a paced step waits for its completion.
 void link_sleep_until(LinkFabric::Clock::time_point t);
 
-// Decorates `inner` (rank inner->rank(), CPU backend only: a CUDA stream is not paced by a host
-// sleep) so its comm transfers to and from other ranks are paced by `fabric`.
+// ---- the seam: a transport's step, for threads and processes alike.
+// Books the transfers of rank `rank`'s step on fab and returns when the last would complete (now
+// when there are none). A move is booked by the rank whose thread makes it: this rank's receives
+// that are not puts, and its puts, one after another (as its thread, or its emulated stream, does
+// them). A move a rank of ANOTHER process makes (a pull from our buffer, a put into ours;
+// t.is_local false) is booked here too, as it comes: this process's view of its own links.
+// Threads: every move is booked once, by its own rank, on the fabric all ranks share; processes:
+// each books its moves and its peers' moves with it on a fabric of its own.
+LinkFabric::Clock::time_point book_step(LinkFabric& fab, const Transport& t, int rank,
+                                        std::span<const SendOp> sends,
+                                        std::span<const RecvOp> recvs);
+
+// Paces every step of `inner` on `fabric`: book_step, the inner step's moves (real data, at host
+// speed), a sleep until the link delivers, then the step's fence. make_thread_transport wraps its
+// transport with it when the group's devices carry a link (with_link on devices, below);
+// make_mpi_transport when it is given an enabled LinkSpec (a fabric per process).
+std::unique_ptr<Transport> with_link(std::unique_ptr<Transport> inner,
+                                     std::shared_ptr<LinkFabric> fabric);
+// The transport a paced one wraps; t itself when it is not paced.
+Transport& unpaced(Transport& t);
+
+// Marks `inner` (rank inner->rank(), CPU backend only: a CUDA stream is not paced by a host
+// sleep) as a rank on `fabric`: the threads transport made over it paces its steps there, and
+// the device feeds the fabric its comm issue times (link.h, "Two clocks"). Its own comm_copy /
+// comm_reduce are not paced: only a transport step is a link transfer.
 std::unique_ptr<Device> with_link(std::unique_ptr<Device> inner, std::shared_ptr<LinkFabric> fabric);
+// The fabric dev was put on by with_link, else null.
+std::shared_ptr<LinkFabric> link_of(Device& dev);
 
 // Wraps every device of a rank set in one shared fabric (no-op when the spec is not enabled).
 void attach_link(std::vector<std::unique_ptr<Device>>& devs, const LinkSpec& spec);
 
-// ---- alpha-beta cost models, one per algorithm (each algorithm's registry entry points to its
-// own; collectives/registry.cpp). Seconds for one all-reduce of `bytes` per rank over k ranks.
-double naive_link_cost(double bytes, int k, const LinkSpec& link);   // 2(k-1) (L + n/G)
-double ring_link_cost(double bytes, int k, const LinkSpec& link);    // 2(k-1) (L + n/(kG))
-double direct_link_cost(double bytes, int k, const LinkSpec& link);  // 2(k-1) (L + n/(kG))
-double rhd_link_cost(double bytes, int k, const LinkSpec& link);     // 2 log2(k) L + 2(k-1)/k n/G
-// The registry entry's cost; auto: the cost of what its tuning table (tune_file, "": the built-in
-// one) picks for this size, k and backend. Throws dpb::Error naming the algorithm when it is
-// unknown or has no cost model.
+// ---- alpha-beta cost models. Each algorithm's lives in its own file (naive.cpp, ring.cpp, ...)
+// and its registry entry carries it (AllReduceEntry::link_cost, collectives/registry.cpp).
+// What a cost model is asked: one all-reduce of `bytes` per rank over k ranks of backend `kind` on
+// `link`; tune_file: the tuning table auto consults ("": the built-in one).
+struct LinkCostQuery {
+  double bytes = 0;
+  int k = 1;
+  LinkSpec link;
+  BackendKind kind = BackendKind::Cpu;
+  std::string tune_file;
+};
+// Seconds for that all-reduce by the registry entry called `algorithm`. Throws dpb::Error naming
+// the algorithm when it is unknown or has no cost model.
 double allreduce_link_cost(const std::string& algorithm, double bytes, int k, const LinkSpec& link,
                            BackendKind kind = BackendKind::Cpu, const std::string& tune_file = "");
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "collectives/allreduce.h"
+#include "collectives/link.h"
 
 namespace dpb {
 namespace {
@@ -47,6 +48,13 @@ class NaiveAllReduce final : public AllReduce {
 
 std::unique_ptr<AllReduce> make_naive_allreduce(CommGroup& group) {
   return std::make_unique<NaiveAllReduce>(group);
+}
+
+// Its alpha-beta cost on an emulated link (link.h; its registry entry carries it): rank 0 pulls
+// and adds the k-1 peers one after another ((k-1) (L + n/G)), then puts the sum into them one
+// after another (the same): 2(k-1) (L + n/G).
+double naive_link_cost(const LinkCostQuery& q) {
+  return q.k <= 1 ? 0.0 : 2.0 * (q.k - 1) * q.link.transfer_s(q.bytes);
 }
 
 }  // namespace dpb

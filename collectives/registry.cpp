@@ -11,6 +11,12 @@ std::unique_ptr<AllReduce> make_rhd_allreduce(CommGroup& group);     // rhd.cpp
 std::string rhd_refuse_ranks(int k, int node_ranks);                  // rhd.cpp
 std::unique_ptr<AllReduce> make_auto_allreduce(CommGroup& g, const AllReduceOptions& o);  // auto.cpp
 std::unique_ptr<AllReduce> make_mpi_allreduce(CommGroup& g);  // mpi_allreduce.cpp
+// Each algorithm's alpha-beta cost on an emulated link, in its own file (link.h, LinkCostQuery).
+double naive_link_cost(const LinkCostQuery& q);   // naive.cpp
+double ring_link_cost(const LinkCostQuery& q);    // ring.cpp
+double direct_link_cost(const LinkCostQuery& q);  // direct.cpp
+double rhd_link_cost(const LinkCostQuery& q);     // rhd.cpp
+double auto_link_cost(const LinkCostQuery& q);    // auto.cpp: its tuning table's pick
 
 const std::vector<AllReduceEntry>& allreduce_algorithms() {
   static const std::vector<AllReduceEntry> table = {
@@ -28,7 +34,7 @@ const std::vector<AllReduceEntry>& allreduce_algorithms() {
        [](CommGroup& g, const AllReduceOptions&) { return make_rhd_allreduce(g); }, 5,
        rhd_link_cost},
       {"auto", "per message size, the algorithm of a tuning table measured here (--tune-file)",
-       {}, nullptr, make_auto_allreduce, 0, nullptr},  // cost: its table's pick (link.cpp)
+       {}, nullptr, make_auto_allreduce, 0, auto_link_cost},
       {"nccl", "ncclAllReduce (NCCL picks its own algorithm)", {BackendKind::Cuda},
        nccl_refuse_ranks,
        [](CommGroup& g, const AllReduceOptions&) { return make_nccl_allreduce(g); }, 0,

@@ -29,9 +29,9 @@ struct AllReduceEntry {
   // (benchmarks then report no traffic counters rather than a made-up zero).
   double traffic_factor;
   // Alpha-beta cost on an emulated link (collectives/link.h): seconds for one all-reduce of
-  // `bytes` per rank over k ranks; what `dpbench project` and the link benchmarks use. nullptr:
-  // none of its own (auto: the cost of the algorithm its tuning table picks).
-  double (*link_cost)(double bytes, int k, const LinkSpec& link);
+  // `bytes` per rank over k ranks; what `dpbench project` and the link benchmarks use. Defined in
+  // the algorithm's own file. nullptr: no cost model.
+  double (*link_cost)(const LinkCostQuery& q);
   // Where its ranks may live: threads of one process, processes (one rank each, started by
   // mpirun/srun; collectives/mpi_transport.h), or both.
   enum Launchers { kThreads = 1, kProcesses = 2, kBoth = 3 };

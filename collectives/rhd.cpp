@@ -15,6 +15,7 @@
 #include <string>
 
 #include "collectives/allreduce.h"
+#include "collectives/link.h"
 
 namespace dpb {
 namespace {
@@ -66,6 +67,15 @@ std::string rhd_refuse_ranks(int k, int /*node_ranks*/) {
   if (k >= 1 && (k & (k - 1)) == 0) return "";
   return "--allreduce rhd (recursive halving and doubling) needs a power-of-two rank count, got "
          "k = " + std::to_string(k) + " (use 1, 2, 4, 8, ... ranks, or ring/direct for any k)";
+}
+
+// Its alpha-beta cost on an emulated link (link.h; its registry entry carries it). Halving: log2 k
+// exchanges of n/2, n/4, ..., n/k with a partner (full duplex); doubling: the same sizes back:
+// 2 log2(k) L + 2(k-1)/k n/G. (k a power of two; rhd refuses other k.)
+double rhd_link_cost(const LinkCostQuery& q) {
+  double t = 0;
+  for (int d = q.k / 2; d >= 1; d /= 2) t += 2.0 * q.link.transfer_s(q.bytes * d / q.k);
+  return t;
 }
 
 }  // namespace dpb

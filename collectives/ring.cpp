@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "collectives/allreduce.h"
+#include "collectives/link.h"
 
 namespace dpb {
 namespace {
@@ -101,6 +102,12 @@ class RingAllReduce final : public AllReduce {
 
 std::unique_ptr<AllReduce> make_ring_allreduce(CommGroup& group, size_t piece_floats) {
   return std::make_unique<RingAllReduce>(group, piece_floats);
+}
+
+// Its alpha-beta cost on an emulated link (link.h; its registry entry carries it): 2(k-1) steps of
+// one chunk each, a transfer per rank and step with no link shared: 2(k-1) (L + n/(kG)).
+double ring_link_cost(const LinkCostQuery& q) {
+  return q.k <= 1 ? 0.0 : 2.0 * (q.k - 1) * q.link.transfer_s(q.bytes / q.k);
 }
 
 }  // namespace dpb

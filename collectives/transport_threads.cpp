@@ -3,8 +3,9 @@
 // a receive reads the sender's published buffer directly with the receiver's comm_copy /
 // comm_reduce, a put is the sender's comm_copy into the receiver's published buffer; a fenced
 // step ends with the device-ordered barrier (CPU: one host barrier; other devices: comm_record,
-// host barrier, comm_wait_peer on every peer, host barrier). Tested by tests/test_allreduce.cpp
-// (every algorithm runs over it).
+// host barrier, comm_wait_peer on every peer, host barrier). Devices on an emulated link get the
+// transport paced by it (link.h's with_link). Tested by tests/test_allreduce.cpp (every algorithm
+// runs over it) and tests/test_link.cpp (paced).
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "collectives/allreduce.h"
+#include "collectives/link.h"
 #include "src/core/check.h"
 
 namespace dpb {
@@ -58,6 +60,7 @@ class ThreadTransport final : public Transport {
     // The receives and puts are done: senders may overwrite what they sent, receivers read puts.
     if (fence) barrier(rank);
   }
+  void fence(int rank) override { barrier(rank); }
 
   void barrier(int rank) override {
     if (k_ == 1) {
@@ -176,8 +179,20 @@ void direct_moves(Device& dev, std::span<float* const> bufs, int rank,
       dev.comm_copy(bufs[s.to] + s.put_off, bufs[rank] + s.off, s.len);
 }
 
+// Devices on an emulated link (with_link, link.h) share one fabric: the transport's steps are
+// paced there, at the seam the MPI transport is paced at too.
 std::unique_ptr<Transport> make_thread_transport(int k, std::vector<Device*> devices) {
-  return std::make_unique<ThreadTransport>(k, std::move(devices));
+  std::shared_ptr<LinkFabric> fabric;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    if (!devices[r]) continue;  // ThreadTransport names it
+    std::shared_ptr<LinkFabric> f = link_of(*devices[r]);
+    if (r == 0) fabric = f;
+    DPB_CHECK(f == fabric, "CommGroup: ranks 0 and " << r << " are not on the same emulated link ("
+                               << devices[0]->name() << ", " << devices[r]->name() << ")");
+  }
+  auto t = std::make_unique<ThreadTransport>(k, std::move(devices));
+  if (!fabric) return t;
+  return with_link(std::move(t), std::move(fabric));
 }
 
 }  // namespace dpb

@@ -1,12 +1,16 @@
-// test_link.cpp: the emulated link (collectives/link.h): which memory is whose, the booking of
-// send and receive links, the decorator pacing naive and ring all-reduces (exact sums, the
-// transfers each algorithm makes, and never finishing sooner than the link allows), the cost
-// table, and the checks of the options. Timing is only checked as a lower bound (a paced
+// test_link.cpp: the emulated link (collectives/link.h): the booking of send and receive links,
+// the one pacing seam (book_step: the same schedule booked the same under threads and processes;
+// the paced transport's step), naive and ring all-reduces paced over the threads transport (exact
+// sums, the transfers each algorithm makes, and never finishing sooner than the link allows), the
+// registry's cost models, and the checks of the options. Timing is only checked as a lower bound (a paced
 // transfer must not complete early); no speed targets here.
 // Run: ./dpb_tests --gtest_filter='Link*'
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -21,20 +25,6 @@ namespace dpb {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-TEST(LinkFabric, OwnerOfPointersInsideAllocations) {
-  LinkFabric f(2, LinkSpec{1, 0});
-  std::vector<float> a(100), b(50);
-  f.add_memory(a.data(), a.size() * sizeof(float), 0);
-  f.add_memory(b.data(), b.size() * sizeof(float), 1);
-  EXPECT_EQ(f.owner(a.data(), 7), 0);
-  EXPECT_EQ(f.owner(a.data() + 99, 7), 0);
-  EXPECT_EQ(f.owner(b.data() + 10, 7), 1);
-  float other = 0;
-  EXPECT_EQ(f.owner(&other, 7), 7);  // nobody's allocation: the caller's own
-  f.remove_memory(b.data());
-  EXPECT_EQ(f.owner(b.data() + 10, 7), 7);
-}
 
 TEST(LinkFabric, FullDuplexLinksAndSerializedSharedLink) {
   const LinkSpec spec{8.0, 100.0};  // 1 GB/s: 1 MB takes 1 ms, plus 100 us
@@ -121,15 +111,131 @@ TEST(LinkDevice, NaiveIsPacedAndExact) {
   for (int k : {2, 3}) check_paced("naive", k, 1000, spec, 2 * (k - 1));
 }
 
-TEST(LinkDevice, LocalCopiesAreNotPaced) {
-  auto fabric = std::make_shared<LinkFabric>(1, LinkSpec{0.001, 1e6});  // would take 1 s and more
-  auto dev = with_link(make_cpu_device(0, 1), fabric);
-  Buffer a(*dev, 1000, "a"), b(*dev, 1000, "b");
+// The seam is the transport's step: a device on a link does its own comm ops unpaced (a copy
+// between two ranks' memory outside a step is not a link transfer).
+TEST(LinkDevice, DeviceCommOpsAreNotPacedOnlySteps) {
+  auto fabric = std::make_shared<LinkFabric>(2, LinkSpec{0.001, 1e6});  // would take 1 s and more
+  auto d0 = with_link(make_cpu_device(0, 1), fabric);
+  auto d1 = with_link(make_cpu_device(1, 1), fabric);
+  EXPECT_EQ(link_of(*d0), fabric);
+  auto plain = make_cpu_device(0, 1);
+  EXPECT_EQ(link_of(*plain), nullptr);
+  Buffer a(*d0, 1000, "a"), b(*d1, 1000, "b");
   const auto t0 = Clock::now();
-  dev->comm_copy(a.get(), b.get(), 1000);
-  dev->comm_reduce(a.get(), b.get(), 1000);
+  d0->comm_copy(a.get(), b.get(), 1000);
+  d0->comm_reduce(a.get(), b.get(), 1000);
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 0.5);
   EXPECT_EQ(fabric->transfers(), 0);
+  // Ranks on different fabrics (or one on none) cannot form a group.
+  auto other = with_link(make_cpu_device(1, 1), std::make_shared<LinkFabric>(2, LinkSpec{1, 0}));
+  EXPECT_THROW(CommGroup(2, {d0.get(), other.get()}), Error);
+  EXPECT_THROW(CommGroup(2, {d0.get(), plain.get()}), Error);
+}
+
+// A transport that records what the paced transport asks of it; is_local(r): r is in `local`.
+class ViewTransport final : public Transport {
+ public:
+  ViewTransport(int k, std::vector<int> local) : k_(k), local_(std::move(local)) {}
+  std::string launcher() const override { return "mpi"; }
+  int size() const override { return k_; }
+  int processes() const override { return k_ - int(local_.size()) + 1; }
+  bool is_local(int r) const override {
+    return std::find(local_.begin(), local_.end(), r) != local_.end();
+  }
+  Device& device(int) const override { throw Error("ViewTransport has no devices"); }
+  BackendKind kind() const override { return BackendKind::Cpu; }
+  void begin(int, float*) override {}
+  void step(int, std::span<const SendOp>, std::span<const RecvOp>, bool fence) override {
+    log.push_back(fence ? "step+fence" : "step");
+  }
+  void fence(int) override { log.push_back("fence"); }
+  void barrier(int) override {}
+  void broadcast_host(int, void*, size_t, int) override {}
+  void allgather_host(int, const void*, void*, size_t) override {}
+  void abort(int, const std::string&) override {}
+  bool aborted() const override { return false; }
+  std::vector<std::string> log;
+
+ private:
+  int k_;
+  std::vector<int> local_;
+};
+
+// One step of a schedule, as rank r lists it.
+struct StepOps {
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+};
+
+// Threads and processes are paced by the same code (book_step): the same step schedule booked
+// on one fabric shared by k local ranks (threads) and on k fabrics that each see one local rank
+// (processes) ends at the same times, on the emulated streams (deterministic: issued at t0; times to the nanosecond).
+TEST(LinkSeam, ThreadsAndProcessesBookTheSameSchedule) {
+  const LinkSpec spec{8.0, 100.0};  // 1 MB: 1.1 ms
+  const int k = 3;
+  const size_t n = 250000;  // floats: 1 MB
+  const double one = spec.transfer_s(double(n) * sizeof(float));
+  float dst = 0;
+  // Ring reduce-scatter step: receive (and add) from the left, the right neighbour pulls from us.
+  std::vector<StepOps> ring(k), naive_gather(k), naive_put(k);
+  for (int r = 0; r < k; ++r) {
+    ring[r].recvs.push_back({(r + k - 1) % k, 0, &dst, n, RecvOp::Reduce});
+    ring[r].sends.push_back({(r + 1) % k, 0, n});
+  }
+  // Naive: rank 0 pulls every peer's buffer, then puts the sum into each.
+  for (int p = 1; p < k; ++p) {
+    naive_gather[0].recvs.push_back({p, 0, &dst, n, RecvOp::Reduce});
+    naive_gather[p].sends.push_back({0, 0, n});
+    naive_put[0].sends.push_back({p, 0, n, 0});
+    naive_put[p].recvs.push_back({0, 0, &dst, n, RecvOp::Put});
+  }
+  const auto t0 = Clock::now();
+  auto secs = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
+  for (const auto* sched : {&ring, &naive_gather, &naive_put}) {
+    LinkFabric shared(k, spec);
+    std::vector<int> all;
+    for (int r = 0; r < k; ++r) all.push_back(r), shared.issue(r, t0);
+    ViewTransport threads(k, all);
+    for (int r = 0; r < k; ++r) {
+      LinkFabric own(k, spec);  // this process's view
+      for (int q = 0; q < k; ++q) own.issue(q, t0);
+      ViewTransport process(k, {r});
+      const StepOps& s = (*sched)[r];
+      const auto th = book_step(shared, threads, r, s.sends, s.recvs);
+      const auto pr = book_step(own, process, r, s.sends, s.recvs);
+      // The rank that moves data ends at the same time under both; a rank whose peer moves its
+      // data returns at once under threads (the peer's thread waits) and waits for that peer's
+      // move under processes (its own view of the link).
+      const bool moves = (!s.recvs.empty() && s.recvs[0].op != RecvOp::Put) ||
+                         (!s.sends.empty() && s.sends[0].put_off != SendOp::kPull);
+      if (moves) EXPECT_EQ(th, pr) << "rank " << r;
+      else EXPECT_NEAR(secs(pr), one, 1e-8) << "rank " << r;
+      const double want = sched == &ring ? one : (r == 0 ? (k - 1) * one : one);
+      EXPECT_NEAR(secs(pr), want, 1e-8) << "rank " << r;
+    }
+    EXPECT_EQ(shared.transfers(), sched == &ring ? k : k - 1);  // each move booked once
+  }
+}
+
+// The paced transport (both launchers' seam): books, runs the inner step's moves unfenced,
+// sleeps until the link delivers, then fences; a step with nothing to move does not wait.
+TEST(LinkSeam, PacedStepSleepsBeforeTheFence) {
+  const LinkSpec spec{0, 30000.0};  // 30 ms a transfer
+  auto fabric = std::make_shared<LinkFabric>(2, spec);
+  auto inner = std::make_unique<ViewTransport>(2, std::vector<int>{0});
+  ViewTransport* view = inner.get();
+  auto t = with_link(std::move(inner), fabric);
+  EXPECT_EQ(&unpaced(*t), view);
+  EXPECT_EQ(&unpaced(*view), view);
+  float dst = 0;
+  const std::vector<RecvOp> recvs{{1, 0, &dst, 10, RecvOp::Copy}};
+  auto t0 = Clock::now();
+  t->step(0, {}, recvs, true);
+  EXPECT_GE(std::chrono::duration<double>(Clock::now() - t0).count(), 0.030);
+  EXPECT_EQ(view->log, (std::vector<std::string>{"step", "fence"}));
+  t->step(0, {}, {}, false);
+  EXPECT_EQ(view->log.back(), "step");
+  EXPECT_EQ(fabric->transfers(), 1);
 }
 
 TEST(LinkCost, TableFormulas) {

@@ -1,4 +1,4 @@
-// mpi_transport.cpp: MpiSession, the MPI transport and MPI_Allreduce (see mpi.h). Built only when
+// mpi_transport.cpp: MpiSession, the MPI transport and MPI_Allreduce (see mpi_transport.h). Built only when
 // CMake finds MPI (else mpi_absent.cpp). Tested by tests/mpi_test.sh (mpirun -np 2 and 3).
 #include <mpi.h>
 
@@ -95,9 +95,8 @@ namespace {
 
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(Device& dev, int rank, int size, const LinkSpec& link)
+  MpiTransport(Device& dev, int rank, int size)
       : dev_(dev), rank_(rank), size_(size) {
-    if (link.enabled()) fab_ = std::make_unique<LinkFabric>(size, link);
     int world = 0, me = 0;
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world), "world");
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &me), "world");
@@ -165,10 +164,8 @@ class MpiTransport final : public Transport {
   void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
             bool fence) override {
     check(rank);
-    const LinkFabric::Clock::time_point done = pace(sends, recvs);
     if (direct_) {
       direct_moves(dev_, ptrs_, rank_, sends, recvs);
-      if (fab_) link_sleep_until(done);
       if (fence) shm_barrier();
       return;
     }
@@ -217,7 +214,10 @@ class MpiTransport final : public Transport {
     MPI_CHECK(MPI_Waitall(int(sreqs_.size()), sreqs_.data(), MPI_STATUSES_IGNORE),
               "rank " << rank_ << ", sends of a step of " << sends.size() << " sends and "
                       << recvs.size() << " receives");
-    if (fab_) link_sleep_until(done);
+  }
+  void fence(int rank) override {
+    check(rank);
+    if (direct_) shm_barrier();
   }
 
   void barrier(int rank) override {
@@ -354,26 +354,6 @@ class MpiTransport final : public Transport {
     pids_.clear();
   }
 
-  // Emulated link: books this step's transfers (sends on our send link, receives on our receive
-  // link) and returns when the last would complete; now when there is no link. The moves the
-  // threads transport makes on this rank's thread (receives that are not puts, and puts) are
-  // chained, one after another; the peer's moves are booked as they come.
-  LinkFabric::Clock::time_point pace(std::span<const SendOp> sends, std::span<const RecvOp> recvs) {
-    auto done = LinkFabric::Clock::now();
-    if (!fab_) return done;
-    LinkFabric::Clock::time_point chain{};
-    auto book = [&](int src, int dst, size_t len, bool ours) {
-      if (len == 0) return;
-      const auto t = fab_->reserve(src, dst, double(len) * sizeof(float), rank_,
-                                   ours ? chain : LinkFabric::Clock::time_point{});
-      if (ours) chain = t;
-      done = std::max(done, t);
-    };
-    for (const RecvOp& r : recvs) book(r.from, rank_, r.len, r.op != RecvOp::Put);
-    for (const SendOp& s : sends) book(rank_, s.to, s.len, s.put_off != SendOp::kPull);
-    return done;
-  }
-
   bool staged(const RecvOp& r) const { return !host_ || r.op == RecvOp::Reduce; }
 
   void check(int rank) const {
@@ -460,7 +440,6 @@ class MpiTransport final : public Transport {
   size_t staged_cap_ = 0;
   bool upload_pending_ = false;  // comm-stream uploads may still read rstage_
   std::vector<MPI_Request> rreqs_, sreqs_;
-  std::unique_ptr<LinkFabric> fab_;  // emulated link, this process's view (null: none)
   long spin_ns_ = 0;                 // process barrier polling (see HostBarrier)
   // Direct path (setup_shm; arena_ null: off): this process's arena, the peers' mapped here,
   // every rank's arena base and pid, and this call's published buffers.
@@ -478,11 +457,14 @@ class MpiTransport final : public Transport {
 
 std::unique_ptr<Transport> make_mpi_transport(Device& dev, int rank, int size,
                                               const LinkSpec& link) {
-  return std::make_unique<MpiTransport>(dev, rank, size, link);
+  auto t = std::make_unique<MpiTransport>(dev, rank, size);
+  if (!link.enabled()) return t;
+  // Paced at the seam the threads transport is paced at (link.h), on this process's own fabric.
+  return with_link(std::move(t), std::make_shared<LinkFabric>(size, link));
 }
 
 void mpi_allreduce_sum(Transport& t, int rank, float* buf, size_t n) {
-  auto* m = dynamic_cast<MpiTransport*>(&t);
+  auto* m = dynamic_cast<MpiTransport*>(&unpaced(t));
   DPB_CHECK(m, "--allreduce mpi needs one process per rank (this group's ranks are "
                    << t.launcher() << ")");
   m->allreduce_sum(rank, buf, n);

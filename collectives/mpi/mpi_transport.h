@@ -59,9 +59,10 @@ class MpiSession {
 
 // The transport of rank `rank` (this process) in a group of `size` processes; dev is its device.
 // Collective: every process makes its transports in the same order (each gets its own
-// communicator, MPI_Comm_dup of MPI_COMM_WORLD). link enabled: every step is paced by an emulated
-// link (collectives/link.h) on a per-process fabric: it returns no sooner than its transfers
-// would complete (L + bytes / G each, on this rank's send and receive links), sleeping.
+// communicator, MPI_Comm_dup of MPI_COMM_WORLD). link enabled: the transport is paced at its
+// steps by an emulated link (collectives/link.h, with_link: the threads transport's seam) on a
+// per-process fabric: a step returns no sooner than its transfers would complete (L + bytes / G
+// each, on this rank's send and receive links), sleeping.
 std::unique_ptr<Transport> make_mpi_transport(Device& dev, int rank, int size,
                                               const LinkSpec& link = {});
 

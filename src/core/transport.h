@@ -75,6 +75,10 @@ class Transport {
   virtual void begin(int rank, float* buf) = 0;
   virtual void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
                     bool fence) = 0;  // CommGroup::step defaults fence to true
+  // What a fenced step does after its moves: step(r, s, v, true) is step(r, s, v, false) then
+  // fence(r). Threads: the device-ordered barrier; mpi: the shared-memory barrier on the direct
+  // path, nothing over messages. (The emulated link sleeps between the two: collectives/link.h.)
+  virtual void fence(int rank) = 0;
   // Device-ordered barrier: comm work issued by every rank before it is ordered before comm work
   // issued after it on any rank. Throws once the group is aborted.
   virtual void barrier(int rank) = 0;
