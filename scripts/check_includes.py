@@ -30,7 +30,6 @@ RULES = {
     "bench": ["src/", "kernels/", "collectives/", "bench/"],
     "tests": None,  # anything
     "fuzz": None,
-    "docs/probes": None,
 }
 # Files outside these folders hold no C++ of the project.
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
