@@ -101,13 +101,13 @@ struct ArRig {
   }
 };
 
-std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, Backend b, const std::string& alg, int k,
+std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, const BackendEntry& b, const std::string& alg, int k,
                                    size_t bytes) {
   auto g = std::make_shared<ArRig>();
   g->n = bytes / sizeof(float);
-  if (b == Backend::Cpu && k > 1) g->bound = env.membw_bound_gbps(k);  // before any timing
-  g->ds = std::make_unique<DeviceSet>(b, k, 1, env.cfg().link);
-  g->ar = make_allreduce(alg, *g->ds->group, AllReduceOptions{env.cfg().tune_file});
+  if (b.kind == BackendKind::Cpu && k > 1) g->bound = env.membw_bound_gbps(k);  // before any timing
+  g->ds = std::make_unique<DeviceSet>(b, k, 1, env.cfg().run.link);
+  g->ar = make_allreduce(alg, *g->ds->group, AllReduceOptions{env.cfg().run.tune_file});
   for (int r = 0; r < k; ++r) {
     Device& dev = (*g->ds)[r];
     g->bufs.emplace_back(dev, g->n, "all-reduce buffer");
@@ -122,7 +122,7 @@ std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, Backend b, const std::string& 
   return g;
 }
 
-void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, Backend b,
+void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, const BackendEntry& b,
                   const std::string& alg, int k, size_t bytes) {
   ArRig* g = nullptr;
   if (!guarded(st, [&] {
@@ -147,13 +147,13 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
   // traffic model is the one used.
   const std::string ran = g->ar->choice(g->n);
   if (g->ar->describe() != alg) st.SetLabel("ran " + ran + " | " + g->ar->describe());
-  if (const LinkSpec& link = env.cfg().link; link.enabled()) {  // the alpha-beta check
+  if (const LinkSpec& link = env.cfg().run.link; link.enabled()) {  // the alpha-beta check
     const double model = allreduce_link_cost(ran, double(bytes), k, link);
     st.counters["link_model_s"] = model;
     st.counters["link_ratio"] = model > 0 ? mean / model : 0.0;  // measured / model
   }
   const double factor = find_allreduce(ran).traffic_factor;
-  if (b == Backend::Cpu && factor > 0) {
+  if (b.kind == BackendKind::Cpu && factor > 0) {
     const double traffic = mean > 0 ? factor * (k - 1) * double(bytes) / mean / 1e9 : 0.0;
     st.counters["traffic_GBps"] = traffic;
     st.counters["membw_GBps"] = g->bound;
@@ -161,7 +161,7 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
   }
 }
 
-void bm_membw(benchmark::State& st, Backend b, int k) {
+void bm_membw(benchmark::State& st, const BackendEntry& b, int k) {
   std::unique_ptr<CopyRig> rig;
   if (!guarded(st, [&] {
         rig = std::make_unique<CopyRig>(b, k, kMembwBytes);
@@ -183,9 +183,9 @@ void bm_membw(benchmark::State& st, Backend b, int k) {
 
 // Largest message for k ranks: --dpb_max_bytes, k * n <= --dpb_max_total_bytes, and on the CPU
 // the buffers plus naive's staging (about 2k * n) within half of the available memory.
-size_t cap_for(const BenchConfig& cfg, Backend b, int k) {
+size_t cap_for(const BenchConfig& cfg, const BackendEntry& b, int k) {
   size_t cap = std::min(cfg.max_bytes, cfg.max_total_bytes / size_t(k));
-  if (b == Backend::Cpu) {
+  if (b.kind == BackendKind::Cpu) {
     const double avail = double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
     if (avail > 0) cap = std::min(cap, size_t(avail / 2 / (2.0 * k)));
   }
@@ -194,17 +194,17 @@ size_t cap_for(const BenchConfig& cfg, Backend b, int k) {
 
 }  // namespace
 
-void register_membw(BenchEnv& env, Backend b) {
+void register_membw(BenchEnv& env, const BackendEntry& b) {
   for (int k : env.cfg().ranks) {
     const std::string name = bench_name("membw", b, {"copy"}, k);
-    benchmark::RegisterBenchmark(name.c_str(), [b, k](benchmark::State& st) { bm_membw(st, b, k); })
+    benchmark::RegisterBenchmark(name.c_str(), [&b, k](benchmark::State& st) { bm_membw(st, b, k); })
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }
 }
 
-void register_allreduce(BenchEnv& env, Backend b) {
-  const BackendKind kind = backend_kind(b);
+void register_allreduce(BenchEnv& env, const BackendEntry& b) {
+  const BackendKind kind = b.kind;
   for (const AllReduceEntry& e : allreduce_algorithms()) {
     const std::string alg = e.name;
     if (!e.runs_on.empty() &&
@@ -224,7 +224,7 @@ void register_allreduce(BenchEnv& env, Backend b) {
       for (size_t bytes : allreduce_sizes(cap)) {
         const std::string name = bench_name("allreduce", b, {alg}, k, bytes);
         benchmark::RegisterBenchmark(name.c_str(),
-                                     [&env, name, b, alg, k, bytes](benchmark::State& st) {
+                                     [&env, name, &b, alg, k, bytes](benchmark::State& st) {
                                        bm_allreduce(st, env, name, b, alg, k, bytes);
                                      })
             ->UseManualTime()

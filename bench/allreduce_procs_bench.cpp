@@ -71,19 +71,20 @@ struct ProcRig {
   }
 };
 
-std::shared_ptr<ProcRig> make_proc_rig(const BenchConfig& cfg, Backend b, const std::string& alg,
+std::shared_ptr<ProcRig> make_proc_rig(const BenchConfig& cfg, const BackendEntry& b, const std::string& alg,
                                        size_t bytes) {
   auto g = std::make_shared<ProcRig>();
   g->rank = cfg.proc_rank;
   g->k = cfg.procs;
   g->n = bytes / sizeof(float);
-  g->dev = make_device(backend_name(b), g->rank, DeviceOptions{1, false, cfg.local_rank});
-  g->group = std::make_unique<CommGroup>(make_mpi_transport(*g->dev, g->rank, g->k, cfg.link));
-  g->ar = make_allreduce(alg, *g->group, AllReduceOptions{cfg.tune_file});
-  // Our schedules run on the group's memory (shared by the node's processes: the direct path);
-  // MPI_Allreduce on ordinary memory, as a user's gradients are.
-  g->buf = alg == "mpi" ? Buffer(*g->dev, g->n, "all-reduce buffer")
-                        : g->group->alloc(g->rank, g->n, "all-reduce buffer");
+  g->dev = make_device(b.name, g->rank, DeviceOptions{1, false, cfg.local_rank});
+  g->group = std::make_unique<CommGroup>(make_mpi_transport(*g->dev, g->rank, g->k, cfg.run.link));
+  g->ar = make_allreduce(alg, *g->group, AllReduceOptions{cfg.run.tune_file});
+  // Our schedules (the transport's steps) run on the group's memory (shared by the node's
+  // processes: the direct path); a library's own collective (MPI_Allreduce, not link_paced) on
+  // ordinary memory, as a user's gradients are.
+  g->buf = !find_allreduce(alg).link_paced ? Buffer(*g->dev, g->n, "all-reduce buffer")
+                                            : g->group->alloc(g->rank, g->n, "all-reduce buffer");
   g->dev->fill(g->buf.get(), 0.0f, g->n);
   g->dev->synchronize();
   g->timer = make_rank_timer(*g->dev, TimedStream::Comm);
@@ -91,7 +92,7 @@ std::shared_ptr<ProcRig> make_proc_rig(const BenchConfig& cfg, Backend b, const 
   return g;
 }
 
-void bm_allreduce_procs(benchmark::State& st, BenchEnv& env, const std::string& name, Backend b,
+void bm_allreduce_procs(benchmark::State& st, BenchEnv& env, const std::string& name, const BackendEntry& b,
                         const std::string& alg, size_t bytes) {
   ProcRig* g = nullptr;
   // An error here (or in a run) ends the job: another process may be waiting in a collective.
@@ -129,27 +130,27 @@ void bm_allreduce_procs(benchmark::State& st, BenchEnv& env, const std::string& 
 
 }  // namespace
 
-void register_allreduce_procs(BenchEnv& env, Backend b) {
+void register_allreduce_procs(BenchEnv& env, const BackendEntry& b) {
   const BenchConfig& cfg = env.cfg();
   const int k = cfg.procs;
-  const BackendKind kind = backend_kind(b);
+  const BackendKind kind = b.kind;
   for (const AllReduceEntry& e : allreduce_algorithms()) {
     const std::string alg = e.name;
-    std::string why = allreduce_refusal(e, k, kind, "mpi");
+    std::string why = allreduce_refusal(e, k, kind, Launcher::Mpi);
     if (why.empty() && k == 1) why = "one process: an all-reduce has nothing to communicate";
-    if (why.empty() && cfg.link.enabled() && alg == "mpi")
-      why = "MPI_Allreduce is not paced by the emulated link (--dpb_link_gbps)";
+    if (why.empty() && cfg.run.link.enabled() && !e.link_paced)
+      why = "a library's own collective, not paced by the emulated link (--dpb_link_gbps)";
     if (!why.empty()) {
       if (cfg.proc_rank == 0)
         std::fprintf(stderr, "dpbench-micro: not registered: allreduce/%s/%s/procs:%d: %s\n",
-                     backend_name(b), alg.c_str(), k, why.c_str());
+                     b.name.c_str(), alg.c_str(), k, why.c_str());
       continue;
     }
     const size_t cap = std::min(cfg.max_bytes, cfg.max_total_bytes / size_t(k));
     for (size_t bytes : allreduce_sizes(cap)) {
-      std::string name = "allreduce/" + std::string(backend_name(b)) + "/" + alg + "/procs:" +
+      std::string name = "allreduce/" + b.name + "/" + alg + "/procs:" +
                          std::to_string(k) + "/bytes:" + std::to_string(bytes);
-      benchmark::RegisterBenchmark(name.c_str(), [&env, name, b, alg, bytes](benchmark::State& st) {
+      benchmark::RegisterBenchmark(name.c_str(), [&env, name, &b, alg, bytes](benchmark::State& st) {
         bm_allreduce_procs(st, env, name, b, alg, bytes);
       })
           ->UseManualTime()

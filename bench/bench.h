@@ -31,21 +31,29 @@
 #include "collectives/link.h"
 #include "src/core/device.h"
 #include "src/core/rank_threads.h"
+#include "kernels/backends.h"
+#include "src/train/trainer.h"
 
 namespace dpb::bench {
 
 struct BenchConfig {
+  // The run options shared with `dpbench train` (src/train/run_options.h: same limits and help):
+  // --dpb_ranks (its --devices, a list here), --dpb_backends (--backend, a list), the overlap
+  // family's --dpb_bucket_mb and --dpb_cpu_threads (threads: 0 = cores / k), --dpb_tune_file,
+  // --dpb_link_gbps and --dpb_link_latency_us set these fields of `run`.
+  TrainConfig run = [] {
+    TrainConfig c;
+    c.sync.bucket_mb = 25.0;  // overlap: bucket cap of the bucketed mode
+    return c;
+  }();
   std::vector<int> ranks = {1, 2, 4, 8};
-  std::vector<std::string> backends;  // empty: cpu, plus cuda when a GPU is present
+  std::vector<const BackendEntry*> backends;  // empty: cpu, plus cuda when a GPU is present
   size_t max_bytes = size_t(256) << 20;        // largest all-reduce message (per rank)
   size_t max_total_bytes = size_t(1) << 30;    // k * message <= this (k = 8: 128 MiB)
-  int lenet_batch = 256;                       // overlap: global batch, split across ranks
-  int resnet18_batch = 32;
-  double bucket_mb = 25.0;                     // overlap: bucket cap of the bucketed mode
-  int cpu_threads = 0;                         // overlap, CPU: math threads per rank (0: cores/k)
+  // overlap: each model's global batch (split across ranks), by --dpb_<model>_batch; a model
+  // not named here uses its table entry's bench_batch.
+  std::map<std::string, int> model_batch;
   std::string data_dir;                        // "": $DPBENCH_DATA or the Debian default
-  std::string tune_file;                       // allreduce auto: tuning table ("": built-in)
-  LinkSpec link;                               // emulated link between CPU ranks (off: 0, 0)
   // Under mpirun/srun: one rank per process (procs = the process count; 0: ranks are threads).
   // Only the all-reduce family runs then, named .../procs:<K>/...
   int procs = 0, proc_rank = 0, local_rank = 0;
@@ -97,17 +105,6 @@ class BenchEnv {
   std::map<int, HostBatch> batches_;
 };
 
-// The backends dpbench-micro registers for: names as in kernels/backends.h's table (async: the
-// test backend, for checking the benchmark flows' stream ordering, not for timings).
-enum class Backend { Cpu, Cuda, Async };
-inline const char* backend_name(Backend b) {
-  return b == Backend::Cpu ? "cpu" : b == Backend::Cuda ? "cuda" : "async";
-}
-inline BackendKind backend_kind(Backend b) {
-  return b == Backend::Cpu ? BackendKind::Cpu : b == Backend::Cuda ? BackendKind::Cuda
-                                                                   : BackendKind::Async;
-}
-
 // Interval timer for one rank over Device::make_timer: CPU: host clock (device ops are
 // synchronous); CUDA: events on the device's compute or comm stream; seconds() waits for the stop.
 enum class TimedStream { Compute, Comm };
@@ -127,7 +124,7 @@ std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream);
 constexpr size_t kMembwBytes = size_t(64) << 20;  // per rank; src + dst far exceed the L3
 class CopyRig {
  public:
-  CopyRig(Backend b, int k, size_t bytes);
+  CopyRig(const BackendEntry& b, int k, size_t bytes);
   double run_once();                  // one copy on every rank; the slowest rank's seconds
   double gbps(double seconds) const;  // (read + written) bytes of all ranks / seconds / 1e9
 
@@ -145,7 +142,7 @@ class CopyRig {
 // exceeds it), paced by an emulated link when `link` is enabled (collectives/link.h; CPU only),
 // and a CommGroup over them.
 struct DeviceSet {
-  DeviceSet(Backend b, int k, int cpu_threads, const LinkSpec& link = {});
+  DeviceSet(const BackendEntry& b, int k, int cpu_threads, const LinkSpec& link = {});
   std::vector<std::unique_ptr<Device>> devs;
   std::unique_ptr<CommGroup> group;
   Device& operator[](int r) { return *devs[r]; }
@@ -156,7 +153,7 @@ struct DeviceSet {
 // scripts share): <family>/<backend>/<what...>/ranks:<k>[/shared][/bytes:<n>], where "shared"
 // marks CUDA ranks sharing GPUs and bytes is given for sizes > 0. The membw family counts
 // threads instead: membw/<backend>/copy/threads:<k>[/shared].
-std::string bench_name(const std::string& family, Backend b, const std::vector<std::string>& what,
+std::string bench_name(const std::string& family, const BackendEntry& b, const std::vector<std::string>& what,
                        int k, size_t bytes = 0);
 
 // The all-reduce sweep's message sizes up to cap bytes: 8 B doubling, plus every model's
@@ -164,11 +161,11 @@ std::string bench_name(const std::string& family, Backend b, const std::vector<s
 std::vector<size_t> allreduce_sizes(size_t cap);
 
 // Registration, one function per benchmark family (each in its own file).
-void register_membw(BenchEnv& env, Backend b);  // allreduce_bench.cpp
-void register_allreduce(BenchEnv& env, Backend b);
-void register_allreduce_procs(BenchEnv& env, Backend b);  // allreduce_procs_bench.cpp
-void register_gradsync(BenchEnv& env, Backend b);  // gradsync_bench.cpp
-void register_overlap(BenchEnv& env, Backend b);   // overlap_bench.cpp
+void register_membw(BenchEnv& env, const BackendEntry& b);  // allreduce_bench.cpp
+void register_allreduce(BenchEnv& env, const BackendEntry& b);
+void register_allreduce_procs(BenchEnv& env, const BackendEntry& b);  // allreduce_procs_bench.cpp
+void register_gradsync(BenchEnv& env, const BackendEntry& b);  // gradsync_bench.cpp
+void register_overlap(BenchEnv& env, const BackendEntry& b);   // overlap_bench.cpp
 
 // The framework's loop for a benchmark whose iterations run on the rank threads: one(r) runs one
 // timed iteration on rank r and returns that rank's seconds; each framework iteration gets the

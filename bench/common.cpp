@@ -38,8 +38,8 @@ std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream) {
       dev.make_timer(stream == TimedStream::Comm ? StreamKind::Comm : StreamKind::Compute));
 }
 
-DeviceSet::DeviceSet(Backend b, int k, int cpu_threads, const LinkSpec& link)
-    : devs(make_devices(backend_name(b), k, cpu_threads)) {
+DeviceSet::DeviceSet(const BackendEntry& b, int k, int cpu_threads, const LinkSpec& link)
+    : devs(make_devices(b.name, k, cpu_threads)) {
   attach_link(devs, link);  // CUDA + link: with_link refuses
   std::vector<Device*> ptrs;
   for (auto& d : devs) ptrs.push_back(d.get());
@@ -58,12 +58,12 @@ std::vector<size_t> allreduce_sizes(size_t cap) {
   return sizes;
 }
 
-std::string bench_name(const std::string& family, Backend b, const std::vector<std::string>& what,
+std::string bench_name(const std::string& family, const BackendEntry& b, const std::vector<std::string>& what,
                        int k, size_t bytes) {
-  std::string s = family + "/" + backend_name(b);
+  std::string s = family + "/" + b.name;
   for (const std::string& w : what) s += "/" + w;
   s += (family == "membw" ? "/threads:" : "/ranks:") + std::to_string(k);
-  if (b == Backend::Cuda && k > cuda_device_count()) s += "/shared";
+  if (b.kind == BackendKind::Cuda && k > cuda_device_count()) s += "/shared";
   if (bytes > 0) s += "/bytes:" + std::to_string(bytes);
   return s;
 }
@@ -111,8 +111,8 @@ double run_timed_loop(benchmark::State& st, RankThreads& pool,
 
 // ---------------------------------------------------------------- CopyRig, BenchEnv
 
-CopyRig::CopyRig(Backend b, int k, size_t bytes)
-    : n_(bytes / sizeof(float)), t_(k, 0.0), devs_(make_devices(backend_name(b), k, 1)), pool_(k) {
+CopyRig::CopyRig(const BackendEntry& b, int k, size_t bytes)
+    : n_(bytes / sizeof(float)), t_(k, 0.0), devs_(make_devices(b.name, k, 1)), pool_(k) {
   for (int r = 0; r < k; ++r) {
     src_.emplace_back(*devs_[r], n_, "membw source");
     dst_.emplace_back(*devs_[r], n_, "membw destination");
@@ -142,7 +142,7 @@ double BenchEnv::membw_bound_gbps(int threads) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = membw_.find(threads);
   if (it != membw_.end()) return it->second;
-  CopyRig rig(Backend::Cpu, threads, kMembwBytes);
+  CopyRig rig(backend_of_kind(BackendKind::Cpu), threads, kMembwBytes);
   rig.run_once();  // warm-up
   double best = 1e30;
   for (int i = 0; i < 5; ++i) best = std::min(best, rig.run_once());

@@ -90,7 +90,7 @@ struct GsRig {  // declaration order: rank threads joined first, devices release
   }
 };
 
-std::shared_ptr<GsRig> make_gs_rig(Backend b, const std::string& model, const GradSyncConfig& cfg,
+std::shared_ptr<GsRig> make_gs_rig(const BackendEntry& b, const std::string& model, const GradSyncConfig& cfg,
                                    int k) {
   auto g = std::make_shared<GsRig>();
   std::vector<size_t> sizes;
@@ -114,7 +114,7 @@ std::shared_ptr<GsRig> make_gs_rig(Backend b, const std::string& model, const Gr
   return g;
 }
 
-void bm_gradsync(benchmark::State& st, BenchEnv& env, const std::string& name, Backend b,
+void bm_gradsync(benchmark::State& st, BenchEnv& env, const std::string& name, const BackendEntry& b,
                  const std::string& model, const GradSyncConfig& cfg, int k) {
   GsRig* g = nullptr;
   if (!guarded(st, [&] {
@@ -143,7 +143,7 @@ void bm_gradsync(benchmark::State& st, BenchEnv& env, const std::string& name, B
 
 }  // namespace
 
-void register_gradsync(BenchEnv& env, Backend b) {
+void register_gradsync(BenchEnv& env, const BackendEntry& b) {
   for (const ModelEntry& model_entry : models()) {
     const std::string& model = model_entry.name;
     for (const GsMode& m : gradsync_modes()) {
@@ -152,7 +152,7 @@ void register_gradsync(BenchEnv& env, Backend b) {
         const std::string mdl = model;  // copied into the benchmark's closure
         const GradSyncConfig cfg = m.cfg;
         benchmark::RegisterBenchmark(name.c_str(),
-                                     [&env, name, b, mdl, cfg, k](benchmark::State& st) {
+                                     [&env, name, &b, mdl, cfg, k](benchmark::State& st) {
                                        bm_gradsync(st, env, name, b, mdl, cfg, k);
                                      })
             ->UseManualTime()

@@ -10,10 +10,12 @@
 // cuda when a GPU is found) and per rank count. scripts/bench_to_csv.py turns the JSON into CSV.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -22,18 +24,60 @@
 #include "bench/bench.h"
 #include "collectives/mpi/mpi_transport.h"
 #include "collectives/registry.h"
-#include "collectives/tuning.h"
+#include "src/core/check.h"
 #include "src/core/registry.h"
 #include "src/core/launcher.h"
 #include "kernels/machine_info.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "src/train/run_options.h"
 
 
 namespace {
 
 using dpb::bench::BenchConfig;
+
+// What a shared run option means here beyond its help (dpbench-micro's defaults and uses).
+std::string micro_note(const dpb::RunOption& o) {
+  static const std::map<std::string, std::string> notes = {
+      {"ranks", "a comma list of rank counts here (default 1,2,4,8)"},
+      {"backends", "a comma list here (default: cpu, plus what auto picks; async is the test "
+                   "backend: checks, not timings)"},
+      {"bucket_mb", "overlap family (default 25)"},
+      {"cpu_threads", "overlap family, CPU. Fewer leave cores to the communication threads: on "
+                      "the CPU a collective is CPU work, so overlap hides it only on spare cores"},
+      {"tune_file", "allreduce/<backend>/auto; each auto benchmark's label names the algorithm "
+                    "it ran, the context has the table's rules"},
+      {"link_gbps", "CPU ranks: every transfer takes L + bytes / G and the waiting thread sleeps "
+                    "(collectives/link.h); all-reduce benchmarks then add link_model_s (the "
+                    "algorithm's alpha-beta cost) and link_ratio (measured / model)"},
+      {"data_dir", "random pixels when absent"},
+  };
+  const auto it = notes.find(o.micro);
+  return it == notes.end() ? "" : "; " + it->second;
+}
+
+// The --dpb_* flags: the shared run options (their help as in dpbench train --help), then ours.
+std::string dpb_flags_help() {
+  std::string s = "dpbench flags (--name=value; those shared with dpbench train take its names' "
+                  "meaning, limits and help: src/train/run_options.h):\n";
+  auto line = [&s](const std::string& flag, const std::string& help) {
+    s += "  " + flag + std::string(flag.size() < 28 ? 28 - flag.size() : 1, ' ') + help + "\n";
+  };
+  for (const dpb::RunOption& o : dpb::run_options())
+    if (!o.micro.empty())
+      line("--dpb_" + o.micro + "=" + o.value + (o.list ? ",..." : ""),
+           o.help + " (dpbench --" + o.name + ")" + micro_note(o));
+  line("--dpb_max_bytes=N", "largest all-reduce message in the sweep, bytes; K/M/G suffixes are "
+       "binary (default 256M). The sweep for k ranks also stops where k * n > "
+       "--dpb_max_total_bytes (default 1G, so k = 8 stops at 128 MiB) or where the CPU buffers "
+       "would exceed half the available memory.");
+  for (const dpb::ModelEntry& m : dpb::models())
+    line("--dpb_" + m.name + "_batch=N", "overlap: " + m.name + "'s global batch (default " +
+         std::to_string(m.bench_batch) + "; limits as dpbench --batch: 1 to " +
+         std::to_string(dpb::kMaxBatch) + ")");
+  return s;
+}
 
 void print_usage() {
   const std::string algs = dpb::entry_names(dpb::allreduce_algorithms(), "|");
@@ -52,7 +96,7 @@ Benchmarks (names are filterable with --benchmark_filter=REGEX):
                                                       membw_GBps, bw_fraction
   gradsync/<backend>/<%s>/<per-param|fused|bucket1MB|bucket5MB|bucket25MB>/ranks:<k>
                                                       counters calls, bytes, busbw_GBps, wrong
-  overlap/<backend>/<lenet|resnet18>/<fused-after|per-param-after|per-param-overlap|
+  overlap/<backend>/<%s>/<fused-after|per-param-after|per-param-overlap|
           bucket25MB-overlap>/ranks:<k>               counters compute_s, backward_s,
                                                       exposed_comm_s, exposed_comm_median_s and
                                                       its 95%% interval (exposed_comm_ci95_lo_s,
@@ -69,45 +113,13 @@ Benchmarks (names are filterable with --benchmark_filter=REGEX):
                                                       own order): run mpirun several times
   Times are manual (suffix /manual_time): the slowest rank's time per iteration.
 
-dpbench flags (--name=value):
-  --dpb_ranks=LIST          rank counts (default 1,2,4,8)
-  --dpb_backends=LIST       cpu, cuda and/or async (default: cpu, plus cuda when a GPU is
-                            found; async is the test backend: checks, not timings)
-  --dpb_max_bytes=N         largest all-reduce message in the sweep, bytes; K/M/G suffixes are
-                            binary (default 256M). The sweep for k ranks also stops where
-                            k * n > --dpb_max_total_bytes (default 1G, so k = 8 stops at 128 MiB)
-                            or where the CPU buffers would exceed half the available memory.
-  --dpb_lenet_batch=N       overlap: LeNet global batch (default 256)
-  --dpb_resnet18_batch=N    overlap: ResNet-18 global batch (default 32)
-  --dpb_bucket_mb=X         overlap: bucket cap of the bucketed mode, MB = 1e6 B (default 25)
-  --dpb_cpu_threads=N       overlap, CPU: math threads per rank (default cores / k, at least
-                            1). Fewer leave cores to the communication threads: on the CPU a
-                            collective is CPU work, so overlap hides it only on spare cores.
-  --dpb_tune_file=FILE      allreduce/<backend>/auto: tuning table (JSON written by
-                            scripts/tune_allreduce.py; default: the compiled-in
-                            collectives/tuning/default.json). Each auto benchmark's label
-                            names the algorithm it ran; the context has the table's rules.
-  --dpb_link_gbps=G         emulated link between CPU ranks: Gb/s per direction (default 0: no
-                            limit); every transfer between ranks takes L + bytes / G and the
-                            waiting thread sleeps (collectives/link.h). all-reduce benchmarks
-                            then add link_model_s (the algorithm's alpha-beta cost) and
-                            link_ratio (measured / model)
-  --dpb_link_latency_us=L   emulated link: microseconds per transfer (default 0)
-  --dpb_data_dir=DIR        Fashion-MNIST (default $DPBENCH_DATA or
-                            /usr/share/datasets/fashion-mnist; random pixels when absent)
-Defaults that differ from Google Benchmark's:
+%sDefaults that differ from Google Benchmark's:
   --benchmark_min_time      0.1 s unless given (the full default set then runs in minutes)
   --benchmark_out           results/micro-<UTC time>.json unless given (format json). The file is
                             written beside as FILE.tmp.<pid> and renamed into place at the end.
-Environment:
-  DPB_SPIN_US=X             how long a rank waiting at a collective's barrier polls before it
-                            sleeps, microseconds (default 100 when the ranks, and with overlap
-                            their communication threads, fit the hardware threads; else 0)
-  DPB_SHM=0|1               under mpirun, CPU processes of one node: 0 = MPI messages, 1 = shared
-                            memory required (default: shared memory when it can serve)
-  DPB_SHM_ARENA_MB=N        the shared arena's address space per process (default 65536)
-
-)", algs.c_str(), models.c_str());
+%s
+)", algs.c_str(), models.c_str(), models.c_str(), dpb_flags_help().c_str(),
+              ("Environment:\n" + dpb::run_env_help()).c_str());
   benchmark::PrintDefaultHelp();
 }
 
@@ -142,26 +154,37 @@ size_t parse_bytes(const std::string& flag, const std::string& v) {
   return size_t(x) << shift;
 }
 
-int parse_int(const std::string& flag, const std::string& v, int lo, int hi) {
-  size_t pos = 0;
-  int x = 0;
-  try {
-    x = std::stoi(v, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  if (pos == 0 || pos != v.size() || x < lo || x > hi)
-    die(flag + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-        "], got '" + v + "'");
-  return x;
-}
-
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   for (std::string item; std::getline(ss, item, ',');)
     if (!item.empty()) out.push_back(item);
   return out;
+}
+
+// A shared run option (src/train/run_options.h) given as --dpb_<micro>=v: the table's check, then
+// its TrainConfig field; dpbench-micro's lists (rank counts, backends) check every item alike.
+void apply_shared(const dpb::RunOption& o, const std::string& flag, const std::string& v,
+                  BenchConfig& cfg) {
+  if (o.list) {
+    const std::vector<std::string> items = split(v);
+    if (items.empty()) die(flag + ": empty list");
+    const bool ranks = o.name == "devices";  // else --backend's list
+    DPB_CHECK(ranks || o.name == "backend", flag << ": no list field for --" << o.name);
+    if (ranks) cfg.ranks.clear(); else cfg.backends.clear();
+    for (const std::string& item : items) {
+      dpb::TrainConfig one;
+      dpb::apply_run_option(o, flag, item, one);
+      const dpb::BackendEntry* b = &dpb::resolve_backend(one.backend);  // auto: its pick
+      if (ranks)
+        cfg.ranks.push_back(one.devices);
+      else if (std::find(cfg.backends.begin(), cfg.backends.end(), b) == cfg.backends.end())
+        cfg.backends.push_back(b);
+    }
+    return;
+  }
+  dpb::apply_run_option(o, flag, v, cfg.run);
+  if (!o.set) cfg.data_dir = v;  // the one run input outside TrainConfig dpbench-micro takes
 }
 
 // Takes the --dpb_* flags out of argv (Google Benchmark rejects flags it does not know).
@@ -176,48 +199,26 @@ BenchConfig parse_dpb_flags(int* argc, char** argv) {
     }
     const size_t eq = a.find('=');
     if (eq == std::string::npos) die(a + ": expected --name=value");
-    const std::string k = a.substr(0, eq), v = a.substr(eq + 1);
-    if (k == "--dpb_ranks") {
-      cfg.ranks.clear();
-      for (const auto& s : split(v)) cfg.ranks.push_back(parse_int(k, s, 1, 64));
-      if (cfg.ranks.empty()) die(k + ": empty list");
-    } else if (k == "--dpb_backends") {
-      cfg.backends = split(v);
-      for (const auto& b : cfg.backends)
-        if (b != "cpu" && b != "cuda" && b != "async")
-          die(k + ": unknown backend '" + b + "' (valid: cpu, cuda, async)");
-    } else if (k == "--dpb_max_bytes") {
-      cfg.max_bytes = parse_bytes(k, v);
-    } else if (k == "--dpb_max_total_bytes") {
-      cfg.max_total_bytes = parse_bytes(k, v);
-    } else if (k == "--dpb_lenet_batch") {
-      cfg.lenet_batch = parse_int(k, v, 1, 60000);
-    } else if (k == "--dpb_resnet18_batch") {
-      cfg.resnet18_batch = parse_int(k, v, 1, 60000);
-    } else if (k == "--dpb_cpu_threads") {
-      cfg.cpu_threads = parse_int(k, v, 1, 4096);
-    } else if (k == "--dpb_bucket_mb") {
-      char* end = nullptr;
-      cfg.bucket_mb = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(cfg.bucket_mb > 0))
-        die(k + ": expected a positive number, got '" + v + "'");
-    } else if (k == "--dpb_link_gbps" || k == "--dpb_link_latency_us") {
-      char* end = nullptr;
-      const double x = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(x >= 0) || x > 1e7)
-        die(k + ": expected a number >= 0, got '" + v + "'");
-      (k == "--dpb_link_gbps" ? cfg.link.gbps : cfg.link.latency_us) = x;
-    } else if (k == "--dpb_data_dir") {
-      cfg.data_dir = v;
-    } else if (k == "--dpb_tune_file") {
-      cfg.tune_file = v;
-      try {
-        dpb::load_tune_file(v);
-      } catch (const std::exception& e) {
-        die(e.what());
+    const std::string k = a.substr(0, eq), v = a.substr(eq + 1), micro = k.substr(6);
+    try {
+      if (const dpb::RunOption* o = dpb::find_micro_option(micro)) {
+        apply_shared(*o, k, v, cfg);
+      } else if (k == "--dpb_max_bytes") {
+        cfg.max_bytes = parse_bytes(k, v);
+      } else if (k == "--dpb_max_total_bytes") {
+        cfg.max_total_bytes = parse_bytes(k, v);
+      } else {
+        bool model = false;  // --dpb_<model>_batch: a global batch, limits as --batch
+        for (const dpb::ModelEntry& m : dpb::models())
+          if (micro == m.name + "_batch") {
+            dpb::check_run_option(dpb::run_option("batch"), k, v);
+            cfg.model_batch[m.name] = int(std::stol(v));
+            model = true;
+          }
+        if (!model) die("unknown flag " + k);
       }
-    } else {
-      die("unknown flag " + k);
+    } catch (const std::exception& e) {
+      die(e.what());
     }
   }
   *argc = out;
@@ -227,22 +228,22 @@ BenchConfig parse_dpb_flags(int* argc, char** argv) {
 
 // The machine and build facts every dpbench output shares (kernels/machine_info.h), then this
 // run's settings.
-void add_context(const BenchConfig& cfg, const std::vector<std::string>& backends) {
+void add_context(const BenchConfig& cfg, const std::vector<const dpb::BackendEntry*>& backends) {
   for (const auto& [key, value] : dpb::machine_info_text()) benchmark::AddCustomContext(key, value);
   std::string b;
-  for (const auto& s : backends) b += (b.empty() ? "" : ",") + s;
+  for (const dpb::BackendEntry* e : backends) b += (b.empty() ? "" : ",") + e->name;
   benchmark::AddCustomContext("backends", b);
   benchmark::AddCustomContext("overlap_cpu_threads_per_rank",
-                              cfg.cpu_threads > 0 ? std::to_string(cfg.cpu_threads) : "cores/k");
-  benchmark::AddCustomContext("link", cfg.link.label());
-  benchmark::AddCustomContext("link_gbps", std::to_string(cfg.link.gbps));
-  benchmark::AddCustomContext("link_latency_us", std::to_string(cfg.link.latency_us));
+                              cfg.run.threads > 0 ? std::to_string(cfg.run.threads) : "cores/k");
+  benchmark::AddCustomContext("link", cfg.run.link.label());
+  benchmark::AddCustomContext("link_gbps", std::to_string(cfg.run.link.gbps));
+  benchmark::AddCustomContext("link_latency_us", std::to_string(cfg.run.link.latency_us));
   const char* spin = std::getenv("DPB_SPIN_US");
   benchmark::AddCustomContext("barrier_spin_us",
                               spin ? spin : "default (100 if ranks (+ comm threads) <= cores)");
   benchmark::AddCustomContext("allreduce_auto_table",
-                              cfg.tune_file.empty() ? "default (collectives/tuning/default.json)"
-                                                    : cfg.tune_file);
+                              cfg.run.tune_file.empty() ? "default (collectives/tuning/default.json)"
+                                                    : cfg.run.tune_file);
   const std::string dir = dpb::resolve_data_dir(cfg.data_dir);
   benchmark::AddCustomContext("dataset", std::filesystem::exists(dir) ? "fashion-mnist:" + dir
                                                                       : "random pixels (seed 0)");
@@ -321,21 +322,18 @@ int main(int argc, char** argv) {
     if (ec) die("cannot create " + parent.string() + ": " + ec.message());
   }
 
-  std::vector<std::string> backends = cfg.backends;
+  // Default: the CPU, plus what --backend auto picks (the CUDA backend when it can run here).
+  std::vector<const dpb::BackendEntry*> backends = cfg.backends;
   if (backends.empty()) {
-    backends.push_back("cpu");
-    if (dpb::cuda_device_count() > 0) backends.push_back("cuda");
+    backends.push_back(&dpb::backend_of_kind(dpb::BackendKind::Cpu));
+    if (&dpb::auto_backend() != backends[0]) backends.push_back(&dpb::auto_backend());
   }
-  for (const auto& b : backends)
-    if (b == "cuda" && dpb::cuda_device_count() == 0)
-      die("--dpb_backends=cuda: no CUDA GPU found (or this build has no CUDA backend)");
+  for (const dpb::BackendEntry* b : backends)
+    if (const std::string why = b->unavailable(); !why.empty())
+      die("--dpb_backends=" + b->name + ": " + why);
 
   dpb::bench::BenchEnv env(cfg);
   add_context(cfg, backends);
-  using dpb::bench::Backend;
-  std::vector<Backend> bs;
-  for (const auto& b : backends)
-    bs.push_back(b == "cpu" ? Backend::Cpu : b == "cuda" ? Backend::Cuda : Backend::Async);
   if (mpi) {
     benchmark::AddCustomContext("launcher", "mpi");
     benchmark::AddCustomContext("processes", std::to_string(cfg.procs));
@@ -344,13 +342,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "dpbench-micro: %d processes (one rank each): the all-reduce family "
                            "only (membw, gradsync and overlap run with ranks as threads)\n",
                    cfg.procs);
-    for (Backend b : bs) dpb::bench::register_allreduce_procs(env, b);
+    for (const dpb::BackendEntry* b : backends) dpb::bench::register_allreduce_procs(env, *b);
   } else {
     benchmark::AddCustomContext("launcher", "threads");
-    for (Backend b : bs) dpb::bench::register_membw(env, b);  // run order: the bound first
-    for (Backend b : bs) dpb::bench::register_allreduce(env, b);
-    for (Backend b : bs) dpb::bench::register_gradsync(env, b);
-    for (Backend b : bs) dpb::bench::register_overlap(env, b);
+    for (const dpb::BackendEntry* b : backends) dpb::bench::register_membw(env, *b);  // run order: the bound first
+    for (const dpb::BackendEntry* b : backends) dpb::bench::register_allreduce(env, *b);
+    for (const dpb::BackendEntry* b : backends) dpb::bench::register_gradsync(env, *b);
+    for (const dpb::BackendEntry* b : backends) dpb::bench::register_overlap(env, *b);
   }
 
   if (root) {

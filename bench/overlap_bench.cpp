@@ -99,7 +99,7 @@ struct OvRig {  // destroyed in reverse: rank threads, timers, replicas (their c
   }
 };
 
-std::shared_ptr<OvRig> make_ov_rig(BenchEnv& env, Backend b, const std::string& model,
+std::shared_ptr<OvRig> make_ov_rig(BenchEnv& env, const BackendEntry& b, const std::string& model,
                                    const GradSyncConfig& cfg, int k, int gb) {
   DPB_CHECK(gb >= k, "global batch " << gb << " is smaller than the rank count " << k);
   const HostBatch& data = env.batch(gb);
@@ -108,9 +108,9 @@ std::shared_ptr<OvRig> make_ov_rig(BenchEnv& env, Backend b, const std::string& 
   g->ts.assign(k, 0.0);
   g->tb.assign(k, 0.0);
   const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = env.cfg().cpu_threads > 0 ? env.cfg().cpu_threads : std::max(1, hw / k);
-  auto devs = make_devices(backend_name(b), k, threads);
-  attach_link(devs, env.cfg().link);  // no-op without an emulated link
+  const int threads = env.cfg().run.threads > 0 ? env.cfg().run.threads : std::max(1, hw / k);
+  auto devs = make_devices(b.name, k, threads);
+  attach_link(devs, env.cfg().run.link);  // no-op without an emulated link
   g->ranks = std::make_unique<RankSet>(std::move(devs), "ring");
   adapt_barrier_spin(*g->ranks->group, cfg);
   const std::vector<float> init = init_params(model_param_layout(model), 0);
@@ -136,7 +136,7 @@ std::shared_ptr<OvRig> make_ov_rig(BenchEnv& env, Backend b, const std::string& 
   return g;
 }
 
-void bm_overlap(benchmark::State& st, BenchEnv& env, const std::string& name, Backend b,
+void bm_overlap(benchmark::State& st, BenchEnv& env, const std::string& name, const BackendEntry& b,
                 const std::string& model, const GradSyncConfig& cfg, int k, int gb) {
   OvRig* g = nullptr;
   if (!guarded(st, [&] {
@@ -197,17 +197,19 @@ void bm_overlap(benchmark::State& st, BenchEnv& env, const std::string& name, Ba
 
 }  // namespace
 
-void register_overlap(BenchEnv& env, Backend b) {
-  for (const char* model : {"lenet", "resnet18"}) {
-    const int gb = std::string(model) == "lenet" ? env.cfg().lenet_batch : env.cfg().resnet18_batch;
-    for (const OvMode& m : overlap_modes(env.cfg().bucket_mb)) {
+void register_overlap(BenchEnv& env, const BackendEntry& b) {
+  for (const ModelEntry& me : models()) {
+    const std::string model = me.name;
+    const auto given = env.cfg().model_batch.find(model);
+    const int gb = given != env.cfg().model_batch.end() ? given->second : me.bench_batch;
+    for (const OvMode& m : overlap_modes(env.cfg().run.sync.bucket_mb)) {
       for (int k : env.cfg().ranks) {
         if (gb < k) continue;  // every rank needs an example
         const std::string name = bench_name("overlap", b, {model, m.name}, k);
         const std::string mdl = model;
         const GradSyncConfig cfg = m.cfg;
         benchmark::RegisterBenchmark(name.c_str(),
-                                     [&env, name, b, mdl, cfg, k, gb](benchmark::State& st) {
+                                     [&env, name, &b, mdl, cfg, k, gb](benchmark::State& st) {
                                        bm_overlap(st, env, name, b, mdl, cfg, k, gb);
                                      })
             ->UseManualTime()

@@ -17,7 +17,11 @@ help=$("$BIN" --help) || { echo "FAIL: --help exited non-zero"; exit 1; }
 grep -q -- "--dpb_max_bytes" <<<"$help" || { echo "FAIL: --help lacks our flags"; exit 1; }
 grep -q -- "--benchmark_filter" <<<"$help" || { echo "FAIL: --help lacks Google Benchmark's"; exit 1; }
 if "$BIN" --dpb_bogus=1 >/dev/null 2>&1; then echo "FAIL: unknown --dpb_ flag accepted"; exit 1; fi
-if "$BIN" --dpb_cpu_threads=0 >/dev/null 2>&1; then echo "FAIL: --dpb_cpu_threads=0 accepted"; exit 1; fi
+# The run options shared with dpbench train keep its limits (src/train/run_options.h): threads
+# 0..4096 (0: cores / k), ranks 1..64.
+for bad in --dpb_cpu_threads=-1 --dpb_ranks=1,65 --dpb_backends=gpu; do
+  if "$BIN" "$bad" >/dev/null 2>&1; then echo "FAIL: $bad accepted"; exit 1; fi
+done
 # Listing writes no default results file; --benchmark_list_tests=0 (Google Benchmark: off) runs and
 # writes one, as any run does.
 (cd "$tmp" && "$BIN" --benchmark_list_tests --benchmark_filter='membw/cpu/copy/threads:1/' >/dev/null 2>&1)

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 
 #include "collectives/mpi/mpi_transport.h"
@@ -25,20 +26,15 @@
 #include "src/data/dataset.h"
 #include "src/model/model.h"
 #include "src/cli/project_cmd.h"
+#include "src/cli/run_options_cli.h"
 #include "src/train/train_csv.h"
+#include "src/train/run_options.h"
 #include "src/train/trainer.h"
 #include "kernels/cuda/cuda_backend.h"
 
 namespace {
 
 using namespace dpb;
-
-// "a | b | c (more)": an option's choices from its table.
-template <class Entry>
-std::string choices(const std::vector<Entry>& table, const std::string& before,
-                    const std::string& after) {
-  return before + entry_names(table, " | ") + " " + after;
-}
 
 // The all-reduce table for --help: name, help and where each algorithm runs.
 std::string allreduce_table_help() {
@@ -49,15 +45,16 @@ std::string allreduce_table_help() {
   return s;
 }
 
+// --backend auto: the table's pick (src/train/run_options.h), said on stderr with the reason.
 std::string pick_backend(const std::string& b, bool say) {
-  if (b != "auto") return b;
-  bool gpu = cuda_built() && cuda_device_count() > 0;
-  std::string pick = gpu ? "cuda" : "cpu";
+  const BackendEntry& pick = resolve_backend(b);
+  if (b == pick.name) return b;
+  const bool gpu = pick.kind == BackendKind::Cuda;
   if (say)
-    std::fprintf(stderr, "dpbench: --backend auto picked %s (%s)\n", pick.c_str(),
+    std::fprintf(stderr, "dpbench: --backend auto picked %s (%s)\n", pick.name.c_str(),
                gpu ? "CUDA build and a GPU are present"
                    : (cuda_built() ? "no CUDA GPU found" : "built without CUDA"));
-  return pick;
+  return pick.name;
 }
 
 int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_limit,
@@ -143,16 +140,15 @@ int run_info() {
   return 0;
 }
 
-// `dpbench train`'s flags, parsed into one place.
+// `dpbench train`'s flags: the shared run options (src/train/run_options.h) and its own outputs.
 struct TrainArgs {
   TrainConfig cfg;
-  std::string data_dir, csv, dump, sync_mode = "fused", overlap = "off", backend = "auto";
-  int train_limit = 0, test_limit = 0, devices = 0;  // devices 0: not given
+  std::string csv, dump;
   bool quiet = false;
+  std::unique_ptr<CliRunOptions> run;
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
-  TrainConfig& cfg = a.cfg;
   CLI::App* tr = app.add_subcommand("train", "train a model data-parallel and report per epoch");
   tr->footer(
       "Models:\n" + entry_help(models()) + "Backends:\n" + entry_help(backends()) +
@@ -161,60 +157,14 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       "\nOne process per rank: mpirun -np K dpbench train ... (or srun -n K): detected from the "
       "launcher's environment (OMPI_COMM_WORLD_*, PMI_*/PMIX_*, SLURM_* in a job step); only rank 0 "
       "prints and writes files; an error on any rank ends the job (README: Running on a cluster)."
-      "\nEnvironment: DPBENCH_DATA (data directory), DPB_SPIN_US (microseconds a rank waiting at a "
-      "collective's barrier polls before it sleeps; default 100 when the devices, and with --overlap "
-      "on their communication threads, fit the hardware threads, else 0), DPB_SHM (processes of one "
-      "node on the CPU: 0 = MPI messages, 1 = shared memory required; default: shared memory when "
-      "it can serve), DPB_SHM_ARENA_MB (its address space per process, default 65536), "
-      "OMP_WAIT_POLICY (OpenMP's, for the CPU backend's math threads).");
-  tr->add_option("--model", cfg.model, choices(models(), "", "(see Models below)"))
-      ->check(CLI::IsMember(entry_name_list(models())))->capture_default_str();
-  std::vector<std::string> backend_names = {"auto"};
-  for (const auto& b : backends()) backend_names.push_back(b.name);
-  tr->add_option("--backend", a.backend,
-                 choices(backends(), "auto | ", "(auto: cuda when built and a GPU is found)"))
-      ->check(CLI::IsMember(backend_names))->capture_default_str();
-  tr->add_option("--devices", a.devices,
-                 "number of logical devices (ranks; default 1). Under mpirun/srun: one rank per "
-                 "process, default (and only value) the process count")
-      ->check(CLI::Range(1, 64));
-  tr->add_option("--batch", cfg.batch, "global minibatch size (split across devices)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  tr->add_option("--lr", cfg.lr, "learning rate (SGD, no momentum)")->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  tr->add_option("--epochs", cfg.epochs, "epochs")->check(CLI::PositiveNumber)->capture_default_str();
-  tr->add_option("--warmup-epochs", cfg.warmup_epochs,
-                 "gradual warmup: lr ramps linearly from lr/devices to lr over these epochs")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  tr->add_option("--allreduce", cfg.allreduce,
-                 choices(allreduce_algorithms(), "", "(see All-reduce algorithms below)"))
-      ->check(CLI::IsMember(entry_name_list(allreduce_algorithms())))->capture_default_str();
-  tr->add_option("--tune-file", cfg.tune_file,
-                 "--allreduce auto: tuning table (JSON from scripts/tune_allreduce.py; default: "
-                 "the compiled-in collectives/tuning/default.json)");
-  tr->add_option("--grad-sync", a.sync_mode, choices(sync_modes(), "", "(see below)"))
-      ->check(CLI::IsMember(entry_name_list(sync_modes())))->capture_default_str();
-  tr->add_option("--overlap", a.overlap, "on | off: all-reduce gradients while backward runs")
-      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
-  tr->add_option("--bucket-mb", cfg.sync.bucket_mb, "bucket cap in MB (1e6 bytes) for bucketed")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  tr->add_option("--seed", cfg.seed, "seed for initialization and shuffling")->capture_default_str();
-  tr->add_option("--threads", cfg.threads, "CPU math threads per device (0: cores / devices)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  tr->add_option("--link-gbps", cfg.link.gbps,
-                 "emulated link between ranks: Gb/s per direction (0: no emulation); CPU backend")
-      ->capture_default_str();
-  tr->add_option("--link-latency-us", cfg.link.latency_us,
-                 "emulated link: latency of each transfer between ranks, us (0: none)")
-      ->capture_default_str();
-  tr->add_flag("--tf32", cfg.tf32, "allow TF32 tensor-core math (CUDA backend)");
-  tr->add_option("--train-limit", a.train_limit, "use only the first N training examples (0: all)")
-      ->check(CLI::NonNegativeNumber);
-  tr->add_option("--test-limit", a.test_limit, "use only the first N test examples (0: all)")
-      ->check(CLI::NonNegativeNumber);
-  tr->add_option("--data-dir", a.data_dir,
-                 "Fashion-MNIST IDX directory (default: $DPBENCH_DATA, else "
-                 "/usr/share/datasets/fashion-mnist)");
+      "\nEnvironment:\n" + run_env_help());
+  a.cfg.backend = kAutoBackend;  // train's default; project measures on cpu unless told
+  a.run = std::make_unique<CliRunOptions>(
+      tr, a.cfg,
+      std::vector<std::string>{"model", "backend", "devices", "batch", "lr", "epochs",
+                               "warmup-epochs", "allreduce", "tune-file", "grad-sync", "overlap",
+                               "bucket-mb", "seed", "threads", "link-gbps", "link-latency-us",
+                               "tf32", "train-limit", "test-limit", "data-dir"});
   tr->add_option("--csv", a.csv,
                  "append one row per epoch to this CSV as each epoch ends (header written once)");
   tr->add_option("--dump-params", a.dump,
@@ -230,16 +180,14 @@ int train_main(TrainArgs& t) {
   std::optional<MpiSession> mpi;
   try {
     env = detect_launch_env();
-    t.cfg.backend = t.backend;
-    t.cfg.sync.mode = parse_sync_mode(t.sync_mode);
-    t.cfg.sync.overlap = t.overlap == "on";
-    t.cfg.devices = t.devices > 0 ? t.devices : 1;
+    t.run->apply();  // every value checked by the shared table, before any work
     if (env.processes) {
       mpi.emplace();
       t.cfg.procs = {mpi->size(), mpi->rank(), mpi->local_rank(), mpi->local_size()};
-      if (t.devices == 0) t.cfg.devices = mpi->size();
+      if (!t.run->given("devices")) t.cfg.devices = mpi->size();
     }
-    return run_train(t.cfg, t.data_dir, t.train_limit, t.test_limit, t.csv, t.dump, t.quiet);
+    return run_train(t.cfg, t.run->text("data-dir"), t.run->int_value("train-limit", 0),
+                     t.run->int_value("test-limit", 0), t.csv, t.dump, t.quiet);
   } catch (const std::exception& e) {
     if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), e.what());  // ends every process
     if (env.processes)

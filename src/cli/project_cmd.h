@@ -1,22 +1,24 @@
 // project_cmd.h: the `dpbench project` subcommand (src/train/projection.h does the work).
 #pragma once
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 
+#include "src/cli/run_options_cli.h"
 #include "src/train/projection.h"
 
 namespace dpb {
 
 struct ProjectArgs {
-  std::string model = "lenet", backend = "cpu", allreduce = "ring", sync_mode = "fused";
-  std::string overlap = "off", profile_in, profile_out;
-  ProjectConfig cfg;
-  int threads = 0, profile_steps = 3, cores = -1;
+  TrainConfig run;  // the shared run options (src/train/run_options.h) set its fields
+  std::unique_ptr<CliRunOptions> opts;
+  std::string profile_in, profile_out;
+  int profile_steps = 3, cores = -1;
 };
 
 // Adds the subcommand and its options to app; returns it (check ->parsed()).
 CLI::App* add_project_command(CLI::App& app, ProjectArgs& args);
 // Prints one JSON object on stdout; returns the exit status. Throws dpb::Error on bad input.
-int run_project(ProjectArgs args);
+int run_project(ProjectArgs& args);
 
 }  // namespace dpb

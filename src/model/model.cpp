@@ -29,9 +29,9 @@ std::vector<size_t> Model::param_sizes() const {
 const std::vector<ModelEntry>& models() {
   static const std::vector<ModelEntry> table = {
       {"lenet", "LeNet as in the d2l seeds: 2 conv + 2 dense layers, ReLU (129,068 parameters)",
-       make_lenet},
+       make_lenet, 256},
       {"resnet18", "ResNet-18 as in the d2l seeds, batch norm (11,175,818 parameters)",
-       make_resnet18},
+       make_resnet18, 32},
   };
   return table;
 }

@@ -71,6 +71,9 @@ struct ModelEntry {
   std::string name;  // --model value
   std::string help;  // one line for --help
   std::unique_ptr<Model> (*make)(Device& dev, int max_batch);
+  // dpbench-micro's overlap family: the global batch it times by default (--dpb_<name>_batch):
+  // large enough to time a step, small enough for seconds per step on a CPU.
+  int bench_batch = 256;
 };
 const std::vector<ModelEntry>& models();
 

@@ -1,0 +1,44 @@
+// run_options_cli.cpp: CLI11 adapter of the run-option table (see run_options_cli.h).
+#include "src/cli/run_options_cli.h"
+
+#include <cstdlib>
+
+namespace dpb {
+
+CliRunOptions::CliRunOptions(CLI::App* app, TrainConfig& cfg, const std::vector<std::string>& names)
+    : cfg_(cfg), names_(names) {
+  for (const std::string& n : names_) {
+    const RunOption& o = run_option(n);
+    CLI::Option* opt = nullptr;
+    if (o.value.empty()) {
+      opt = app->add_flag("--" + o.name, flag_[n], o.help);
+    } else {
+      opt = app->add_option("--" + o.name, text_[n], o.help)->type_name(o.value);
+      if (o.get) opt->default_str(o.get(cfg));
+    }
+    opt_[n] = opt;
+  }
+}
+
+void CliRunOptions::apply() {
+  for (const std::string& n : names_) {  // table order is the user's reading order, too
+    if (!given(n)) continue;
+    const RunOption& o = run_option(n);
+    apply_run_option(o, "--" + o.name, o.value.empty() ? "true" : text_.at(n), cfg_);
+  }
+}
+
+bool CliRunOptions::given(const std::string& name) const {
+  const auto it = opt_.find(name);
+  return it != opt_.end() && it->second->count() > 0;
+}
+
+std::string CliRunOptions::text(const std::string& name, const std::string& fallback) const {
+  return given(name) ? text_.at(name) : fallback;
+}
+
+int CliRunOptions::int_value(const std::string& name, int fallback) const {
+  return given(name) ? int(std::strtoll(text_.at(name).c_str(), nullptr, 10)) : fallback;
+}
+
+}  // namespace dpb

@@ -1,0 +1,256 @@
+// run_options.cpp: the table of run options (see run_options.h) and the one environment help.
+#include "src/train/run_options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "collectives/registry.h"
+#include "collectives/tuning.h"
+#include "kernels/backends.h"
+#include "src/core/check.h"
+#include "src/core/registry.h"
+#include "src/model/model.h"
+
+namespace dpb {
+
+bool parse_int_text(const std::string& text, long long& out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  out = std::strtoll(text.c_str(), &end, 10);
+  return errno == 0 && end != text.c_str() && *end == '\0';
+}
+
+bool parse_double_text(const std::string& text, double& out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  out = std::strtod(text.c_str(), &end);
+  return end != text.c_str() && *end == '\0';
+}
+
+const BackendEntry& auto_backend() {
+  const BackendEntry& gpu = backend_of_kind(BackendKind::Cuda);
+  return gpu.unavailable().empty() ? gpu : backend_of_kind(BackendKind::Cpu);
+}
+
+const BackendEntry& resolve_backend(const std::string& name) {
+  return name == kAutoBackend ? auto_backend() : find_backend(name);
+}
+
+namespace {
+
+std::string fmt(double x) {
+  std::ostringstream o;
+  o << x;
+  return o.str();
+}
+
+// "" when text is an integer in [lo, hi], else why not.
+std::string int_in(const std::string& text, long long lo, long long hi) {
+  long long x = 0;
+  if (parse_int_text(text, x) && x >= lo && x <= hi) return "";
+  return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" +
+         text + "'";
+}
+int to_int(const std::string& text) { return int(std::strtoll(text.c_str(), nullptr, 10)); }
+double to_double(const std::string& text) { return std::strtod(text.c_str(), nullptr); }
+
+std::string positive_number(const std::string& text) {
+  double x = 0;
+  if (parse_double_text(text, x) && std::isfinite(x) && x > 0) return "";
+  return "expected a positive number, got '" + text + "'";
+}
+
+// A name of a table (or one of `extra`).
+template <class Entry>
+std::string member(const std::vector<Entry>& table, const std::string& text, const char* what,
+                   const char* extra = nullptr) {
+  if (find_entry(table, text) || (extra && text == extra)) return "";
+  return std::string("unknown ") + what + " '" + text + "' (valid: " + (extra ? extra + std::string(", ") : "") +
+         entry_names(table) + ")";
+}
+
+// An error's message without check.h's " [file:line]" suffix: the reason a user reads.
+std::string reason_of(const std::exception& e) {
+  std::string m = e.what();
+  const size_t at = m.rfind(" [");
+  if (!m.empty() && m.back() == ']' && at != std::string::npos && m.find(':', at) != std::string::npos)
+    m.resize(at);
+  return m;
+}
+
+// The emulated link's limits are validate_link's (collectives/link.h), so every caller agrees.
+std::string link_value(const std::string& text, bool gbps) {
+  double x = 0;
+  if (!parse_double_text(text, x)) return "expected a number, got '" + text + "'";
+  LinkSpec l;
+  (gbps ? l.gbps : l.latency_us) = x;
+  try {
+    validate_link(l, "--link-gbps", "--link-latency-us");
+  } catch (const std::exception& e) {
+    return reason_of(e);
+  }
+  return "";
+}
+
+std::string any_text(const std::string&) { return ""; }
+
+const std::string kOnOff[] = {"on", "off"};
+
+std::vector<RunOption> make_table() {
+  using C = TrainConfig;
+  return {
+      {"model", "", false, "NAME", "model: " + entry_names(models(), " | "),
+       [](const std::string& t) { return member(models(), t, "model"); },
+       [](C& c, const std::string& t) { c.model = t; }, [](const C& c) { return c.model; }},
+      {"backend", "backends", true, "NAME",
+       "device backend: " + std::string(kAutoBackend) + " | " + entry_names(backends(), " | ") +
+           " (auto: cuda when built and a GPU is found)",
+       [](const std::string& t) { return member(backends(), t, "backend", kAutoBackend); },
+       [](C& c, const std::string& t) { c.backend = t; }, [](const C& c) { return c.backend; }},
+      {"devices", "ranks", true, "N",
+       "number of logical devices (ranks), 1 to " + std::to_string(kMaxRanks) +
+           ". Under mpirun/srun: one rank per process, default (and only value) the process count",
+       [](const std::string& t) { return int_in(t, 1, kMaxRanks); },
+       [](C& c, const std::string& t) { c.devices = to_int(t); },
+       [](const C& c) { return std::to_string(c.devices); }},
+      {"batch", "", false, "N",
+       "global minibatch size, split across devices (1 to " + std::to_string(kMaxBatch) + ")",
+       [](const std::string& t) { return int_in(t, 1, kMaxBatch); },
+       [](C& c, const std::string& t) { c.batch = to_int(t); },
+       [](const C& c) { return std::to_string(c.batch); }},
+      {"lr", "", false, "X", "learning rate (SGD, no momentum)", positive_number,
+       [](C& c, const std::string& t) { c.lr = to_double(t); }, [](const C& c) { return fmt(c.lr); }},
+      {"epochs", "", false, "N", "epochs", [](const std::string& t) { return int_in(t, 1, 1000000); },
+       [](C& c, const std::string& t) { c.epochs = to_int(t); },
+       [](const C& c) { return std::to_string(c.epochs); }},
+      {"warmup-epochs", "", false, "X",
+       "gradual warmup: lr ramps linearly from lr/devices to lr over these epochs",
+       [](const std::string& t) {
+         double x = 0;
+         return parse_double_text(t, x) && std::isfinite(x) && x >= 0
+                    ? std::string()
+                    : "expected a number >= 0, got '" + t + "'";
+       },
+       [](C& c, const std::string& t) { c.warmup_epochs = to_double(t); },
+       [](const C& c) { return fmt(c.warmup_epochs); }},
+      {"allreduce", "", false, "NAME", "all-reduce algorithm: " + entry_names(allreduce_algorithms(), " | "),
+       [](const std::string& t) { return member(allreduce_algorithms(), t, "algorithm"); },
+       [](C& c, const std::string& t) { c.allreduce = t; }, [](const C& c) { return c.allreduce; }},
+      {"tune-file", "tune_file", false, "FILE",
+       "--allreduce auto: tuning table (JSON from scripts/tune_allreduce.py; default: the "
+       "compiled-in collectives/tuning/default.json)",
+       [](const std::string& t) {
+         try {
+           load_tune_file(t);  // its messages name "--tune-file PATH"
+         } catch (const std::exception& e) {
+           return reason_of(e);
+         }
+         return std::string();
+       },
+       [](C& c, const std::string& t) { c.tune_file = t; }, [](const C& c) { return c.tune_file; }},
+      {"grad-sync", "", false, "NAME", "gradient sync mode: " + entry_names(sync_modes(), " | "),
+       [](const std::string& t) { return member(sync_modes(), t, "mode"); },
+       [](C& c, const std::string& t) { c.sync.mode = parse_sync_mode(t); },
+       [](const C& c) { return to_string(c.sync.mode); }},
+      {"overlap", "", false, "on|off", "on | off: all-reduce gradients while backward runs",
+       [](const std::string& t) {
+         return t == kOnOff[0] || t == kOnOff[1] ? std::string()
+                                                 : "expected on or off, got '" + t + "'";
+       },
+       [](C& c, const std::string& t) { c.sync.overlap = t == kOnOff[0]; },
+       [](const C& c) { return kOnOff[c.sync.overlap ? 0 : 1]; }},
+      {"bucket-mb", "bucket_mb", false, "X", "bucket cap in MB (1e6 bytes) for bucketed",
+       positive_number, [](C& c, const std::string& t) { c.sync.bucket_mb = to_double(t); },
+       [](const C& c) { return fmt(c.sync.bucket_mb); }},
+      {"seed", "", false, "N", "seed for initialization and shuffling",
+       [](const std::string& t) {
+         char* end = nullptr;
+         errno = 0;
+         std::strtoull(t.c_str(), &end, 10);
+         return !t.empty() && t[0] != '-' && errno == 0 && *end == '\0'
+                    ? std::string()
+                    : "expected an integer >= 0, got '" + t + "'";
+       },
+       [](C& c, const std::string& t) { c.seed = std::strtoull(t.c_str(), nullptr, 10); },
+       [](const C& c) { return std::to_string(c.seed); }},
+      {"threads", "cpu_threads", false, "N",
+       "CPU math threads per device, 0 to " + std::to_string(kMaxThreads) +
+           " (0: cores / devices, at least 1)",
+       [](const std::string& t) { return int_in(t, 0, kMaxThreads); },
+       [](C& c, const std::string& t) { c.threads = to_int(t); },
+       [](const C& c) { return std::to_string(c.threads); }},
+      {"link-gbps", "link_gbps", false, "G",
+       "emulated link between ranks: Gb/s per direction (0: no emulation); CPU backend",
+       [](const std::string& t) { return link_value(t, true); },
+       [](C& c, const std::string& t) { c.link.gbps = to_double(t); },
+       [](const C& c) { return fmt(c.link.gbps); }},
+      {"link-latency-us", "link_latency_us", false, "L",
+       "emulated link: latency of each transfer between ranks, us (0: none)",
+       [](const std::string& t) { return link_value(t, false); },
+       [](C& c, const std::string& t) { c.link.latency_us = to_double(t); },
+       [](const C& c) { return fmt(c.link.latency_us); }},
+      {"tf32", "", false, "", "allow TF32 tensor-core math (CUDA backend)", any_text,
+       [](C& c, const std::string&) { c.tf32 = true; }, nullptr},
+      {"train-limit", "", false, "N", "use only the first N training examples (0: all)",
+       [](const std::string& t) { return int_in(t, 0, 1 << 30); }, nullptr, nullptr},
+      {"test-limit", "", false, "N", "use only the first N test examples (0: all)",
+       [](const std::string& t) { return int_in(t, 0, 1 << 30); }, nullptr, nullptr},
+      {"data-dir", "data_dir", false, "DIR",
+       "Fashion-MNIST IDX directory (default: $DPBENCH_DATA, else /usr/share/datasets/fashion-mnist)",
+       any_text, nullptr, nullptr},
+  };
+}
+
+}  // namespace
+
+const std::vector<RunOption>& run_options() {
+  static const std::vector<RunOption> table = make_table();
+  return table;
+}
+
+const RunOption& run_option(const std::string& name) {
+  return lookup_entry(run_options(), name, "run_option", "run option");
+}
+
+const RunOption* find_micro_option(const std::string& micro) {
+  for (const RunOption& o : run_options())
+    if (!o.micro.empty() && o.micro == micro) return &o;
+  return nullptr;
+}
+
+std::string run_option_error(const RunOption& o, const std::string& flag, const std::string& why) {
+  const std::string own = "--" + o.name;
+  if (why.rfind(own, 0) == 0 && (why.size() == own.size() || why[own.size()] == ' ' ||
+                                 why[own.size()] == ':'))
+    return flag + why.substr(own.size());  // the reason names the option: spell it as flag
+  return flag + ": " + why;
+}
+
+void check_run_option(const RunOption& o, const std::string& flag, const std::string& text) {
+  const std::string why = o.check(text);
+  if (!why.empty()) throw Error(run_option_error(o, flag, why));  // a user's error: no file:line
+}
+
+void apply_run_option(const RunOption& o, const std::string& flag, const std::string& text,
+                      TrainConfig& cfg) {
+  check_run_option(o, flag, text);
+  if (o.set) o.set(cfg, text);
+}
+
+std::string run_env_help() {
+  return "  DPBENCH_DATA=DIR          Fashion-MNIST directory (default "
+         "/usr/share/datasets/fashion-mnist; --data-dir wins)\n"
+         "  DPB_SPIN_US=X             how long a rank waiting at a collective's barrier polls "
+         "before it sleeps, microseconds (default 100 when the ranks, and with overlap their "
+         "communication threads, fit the hardware threads; else 0)\n"
+         "  DPB_SHM=0|1               under mpirun, CPU processes of one node: 0 = MPI messages, "
+         "1 = shared memory required (default: shared memory when it can serve)\n"
+         "  DPB_SHM_ARENA_MB=N        the shared arena's address space per process (default "
+         "65536)\n"
+         "  OMP_WAIT_POLICY           OpenMP's, for the CPU backend's math threads\n";
+}
+
+}  // namespace dpb
