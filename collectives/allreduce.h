@@ -62,7 +62,7 @@ class CommGroup {
   CommGroup(int k, std::vector<Device*> devices);
   explicit CommGroup(std::unique_ptr<Transport> transport);
   int size() const { return t_->size(); }
-  std::string launcher() const { return t_->launcher(); }  // "threads" | "mpi"
+  Launcher launcher() const { return t_->launcher(); }
   int processes() const { return t_->processes(); }
   bool is_local(int rank) const { return t_->is_local(rank); }
   // Rank `rank`'s device; only for ranks of this process (is_local).

@@ -138,7 +138,7 @@ class PacedTransport final : public Transport {
   }
   void fence(int rank) override { in_->fence(rank); }
 
-  std::string launcher() const override { return in_->launcher(); }
+  Launcher launcher() const override { return in_->launcher(); }
   int size() const override { return in_->size(); }
   int processes() const override { return in_->processes(); }
   bool is_local(int rank) const override { return in_->is_local(rank); }

@@ -1,7 +1,6 @@
 // registry.cpp: the all-reduce algorithm table (see registry.h). One entry per algorithm.
 #include "collectives/registry.h"
 
-#include "kernels/backends.h"
 #include "src/core/registry.h"
 
 namespace dpb {
@@ -10,7 +9,7 @@ std::unique_ptr<AllReduce> make_direct_allreduce(CommGroup& group);  // direct.c
 std::unique_ptr<AllReduce> make_rhd_allreduce(CommGroup& group);     // rhd.cpp
 std::string rhd_refuse_ranks(int k, int node_ranks);                  // rhd.cpp
 std::unique_ptr<AllReduce> make_auto_allreduce(CommGroup& g, const AllReduceOptions& o);  // auto.cpp
-std::unique_ptr<AllReduce> make_mpi_allreduce(CommGroup& g);  // mpi_allreduce.cpp
+std::unique_ptr<AllReduce> make_mpi_allreduce(CommGroup& g);  // mpi/mpi_allreduce.cpp
 // Each algorithm's alpha-beta cost on an emulated link, in its own file (link.h, LinkCostQuery).
 double naive_link_cost(const LinkCostQuery& q);   // naive.cpp
 double ring_link_cost(const LinkCostQuery& q);    // ring.cpp
@@ -34,7 +33,8 @@ const std::vector<AllReduceEntry>& allreduce_algorithms() {
        [](CommGroup& g, const AllReduceOptions&) { return make_rhd_allreduce(g); }, 5,
        rhd_link_cost},
       {"auto", "per message size, the algorithm of a tuning table measured here (--tune-file)",
-       {}, nullptr, make_auto_allreduce, 0, auto_link_cost},
+       {}, nullptr, make_auto_allreduce, 0, auto_link_cost, AllReduceEntry::kBoth, nullptr,
+       /*link_paced=*/true, /*picks_algorithm=*/true},
       {"nccl", "ncclAllReduce (NCCL picks its own algorithm)", {BackendKind::Cuda},
        nccl_refuse_ranks,
        [](CommGroup& g, const AllReduceOptions&) { return make_nccl_allreduce(g); }, 0,
@@ -42,7 +42,7 @@ const std::vector<AllReduceEntry>& allreduce_algorithms() {
        AllReduceEntry::kBoth, nccl_max_ranks_per_gpu},
       {"mpi", "MPI_Allreduce in place (the MPI library's own choice; our schedules' peer)", {},
        nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_mpi_allreduce(g); }, 0,
-       nullptr, AllReduceEntry::kProcesses},
+       nullptr, AllReduceEntry::kProcesses, nullptr, /*link_paced=*/false},
   };
   return table;
 }
@@ -54,12 +54,12 @@ const AllReduceEntry& find_allreduce(const std::string& name) {
 std::string allreduce_runs_on(const AllReduceEntry& e) {
   if (e.runs_on.empty()) return "every backend";
   std::string s;
-  for (BackendKind k : e.runs_on) s += (s.empty() ? "" : ", ") + backend_of_kind(k).name;
+  for (BackendKind k : e.runs_on) s += (s.empty() ? "" : ", ") + std::string(backend_kind_name(k));
   return s;
 }
 
 std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind,
-                              const std::string& launcher, int node_ranks) {
+                              Launcher launcher, int node_ranks) {
   bool here = e.runs_on.empty();
   for (BackendKind b : e.runs_on) here = here || b == kind;
   if (!here) {
@@ -67,10 +67,10 @@ std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind,
     for (const AllReduceEntry& o : allreduce_algorithms())
       if (o.runs_on.empty()) others += (others.empty() ? "" : ", ") + o.name;
     return "--allreduce " + e.name + " needs --backend " + allreduce_runs_on(e) + " (this run uses the " +
-           backend_of_kind(kind).name + " backend; use " + others + ")";
+           backend_kind_name(kind) + " backend; use " + others + ")";
   }
-  const bool procs = launcher != "threads";
-  if (!(e.launchers & (procs ? AllReduceEntry::kProcesses : AllReduceEntry::kThreads)))
+  const bool procs = launcher != Launcher::Threads;
+  if (!e.runs_with(launcher))
     return procs ? "--allreduce " + e.name + " runs only with ranks as threads of one process "
                                              "(start dpbench without mpirun/srun)"
                  : "--allreduce " + e.name + " runs only with one process per rank: start dpbench "
@@ -83,6 +83,16 @@ std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind,
 std::string allreduce_launchers(const AllReduceEntry& e) {
   if (e.launchers == AllReduceEntry::kBoth) return "threads, processes";
   return e.launchers == AllReduceEntry::kThreads ? "threads" : "processes";
+}
+
+std::string link_paced_algorithms(BackendKind kind, Launcher launcher) {
+  std::vector<std::string> names;
+  for (const AllReduceEntry& e : allreduce_algorithms())
+    if (e.link_paced && allreduce_refusal(e, 2, kind, launcher).empty()) names.push_back(e.name);
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return s;
 }
 
 }  // namespace dpb

@@ -32,24 +32,36 @@ struct AllReduceEntry {
   // `bytes` per rank over k ranks; what `dpbench project` and the link benchmarks use. Defined in
   // the algorithm's own file. nullptr: no cost model.
   double (*link_cost)(const LinkCostQuery& q);
-  // Where its ranks may live: threads of one process, processes (one rank each, started by
-  // mpirun/srun; collectives/mpi_transport.h), or both.
+  // Where its ranks may live: threads of one process (Launcher::Threads), processes (one rank
+  // each, started by mpirun/srun: Launcher::Mpi; collectives/mpi/mpi_transport.h), or both.
   enum Launchers { kThreads = 1, kProcesses = 2, kBoth = 3 };
   int launchers = kBoth;
   // The most ranks one GPU may hold (k ranks on G GPUs put ceil(k / G) on one), asked by planners
   // that leave out the runs a machine with fewer GPUs would refuse (`dpbench info`,
   // scripts/suitelib.py); nullptr: any number.
   int (*max_ranks_per_gpu)() = nullptr;
+  // It moves data through the transport's steps, which the emulated link paces; false: a
+  // library's own collective (MPI_Allreduce) the link cannot pace, refused with a link.
+  bool link_paced = true;
+  // It runs another entry's schedule, picked per message size by a tuning table (auto): no
+  // tuning table may pick it.
+  bool picks_algorithm = false;
+  bool runs_with(Launcher l) const {
+    return launchers & (l == Launcher::Threads ? kThreads : kProcesses);
+  }
 };
 
 const std::vector<AllReduceEntry>& allreduce_algorithms();
 // The entry called name; throws "--allreduce: unknown algorithm 'x' (valid: ...)".
 const AllReduceEntry& find_allreduce(const std::string& name);
-// "" when `e` may run with k ranks on devices of this kind, launched as `launcher` ("threads" |
-// "mpi"), else the reason (names e and k). node_ranks: the ranks on this node (processes: the
-// node's processes; 0: all k for threads, not known for processes).
+// "" when `e` may run with k ranks on devices of this kind, launched as `launcher`, else the
+// reason (names e and k). node_ranks: the ranks on this node (processes: the node's processes;
+// 0: all k for threads, not known for processes).
 std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind,
-                              const std::string& launcher = "threads", int node_ranks = 0);
+                              Launcher launcher = Launcher::Threads, int node_ranks = 0);
+// "naive, ring, direct, rhd or auto": the entries the emulated link paces that run on devices of
+// this kind launched as `launcher`, for messages that refuse another.
+std::string link_paced_algorithms(BackendKind kind, Launcher launcher);
 // "threads", "processes" or "threads, processes": where the entry's ranks may live.
 std::string allreduce_launchers(const AllReduceEntry& e);
 // "cpu, cuda" or "every backend": where the entry runs, for --help and messages.

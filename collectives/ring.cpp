@@ -49,7 +49,7 @@ class RingAllReduce final : public AllReduce {
   RingAllReduce(CommGroup& group, size_t piece_floats)
       : group_(group), piece_(piece_floats),
         auto_(piece_floats == 0 && group.kind() == BackendKind::Cpu &&
-              group.launcher() == "threads" && !paced(group)) {}
+              group.launcher() == Launcher::Threads && !paced(group)) {}
   std::string name() const override { return "ring"; }
 
   void run(int rank, float* buf, size_t n) override {

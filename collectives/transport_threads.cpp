@@ -37,7 +37,7 @@ class ThreadTransport final : public Transport {
     ordered_ = devs_[0]->kind() != BackendKind::Cpu;  // devices need the event handshake
   }
 
-  std::string launcher() const override { return "threads"; }
+  Launcher launcher() const override { return Launcher::Threads; }
   int size() const override { return k_; }
   int processes() const override { return 1; }
   bool is_local(int rank) const override { return rank >= 0 && rank < k_; }

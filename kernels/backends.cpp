@@ -35,12 +35,15 @@ std::unique_ptr<Device> make_async(int rank, const DeviceOptions& o) {
 
 const std::vector<BackendEntry>& backends() {
   static const std::vector<BackendEntry> table = {
-      {"cpu", "oneDNN kernels, one host thread per rank; comm ops are memcpy/adds in shared memory",
-       BackendKind::Cpu, cpu_unavailable, make_cpu},
-      {"cuda", "cuDNN/cuBLAS kernels, rank r on GPU r mod count, comm and compute streams",
-       BackendKind::Cuda, cuda_unavailable, make_cuda},
-      {"async", "test backend: the CPU kernels run later on per-stream worker threads with random "
-                "delays, as GPU streams would (kernels/async; DPB_ASYNC_SEED replays a run)",
+      {backend_kind_name(BackendKind::Cpu),
+       "oneDNN kernels, one host thread per rank; comm ops are memcpy/adds in shared memory",
+       BackendKind::Cpu, cpu_unavailable, make_cpu, nullptr, /*emulated_link=*/true},
+      {backend_kind_name(BackendKind::Cuda),
+       "cuDNN/cuBLAS kernels, rank r on GPU r mod count, comm and compute streams",
+       BackendKind::Cuda, cuda_unavailable, make_cuda, cuda_device_count},
+      {backend_kind_name(BackendKind::Async),
+       "test backend: the CPU kernels run later on per-stream worker threads with random "
+       "delays, as GPU streams would (kernels/async; DPB_ASYNC_SEED replays a run)",
        BackendKind::Async, async_unavailable, make_async},
   };
   return table;
@@ -56,11 +59,21 @@ const BackendEntry& backend_of_kind(BackendKind kind) {
   DPB_CHECK(false, "no backend entry for device kind " << int(kind));
 }
 
-std::unique_ptr<Device> make_device(const std::string& name, int rank, const DeviceOptions& opts) {
-  const BackendEntry& b = find_backend(name);
+std::unique_ptr<Device> make_device(const BackendEntry& b, int rank, const DeviceOptions& opts) {
   const std::string why = b.unavailable();
-  DPB_CHECK(why.empty(), "--backend " << name << ": " << why);
+  DPB_CHECK(why.empty(), "--backend " << b.name << ": " << why);
   return b.make(rank, opts);
+}
+
+std::unique_ptr<Device> make_device(const std::string& name, int rank, const DeviceOptions& opts) {
+  return make_device(find_backend(name), rank, opts);
+}
+
+std::string emulated_link_backends() {
+  std::string s;
+  for (const BackendEntry& b : backends())
+    if (b.emulated_link) s += (s.empty() ? "" : ", ") + b.name;
+  return s;
 }
 
 std::vector<std::unique_ptr<Device>> make_devices(const std::string& name, int k, int threads,

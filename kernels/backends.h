@@ -19,11 +19,18 @@ struct DeviceOptions {
 };
 
 struct BackendEntry {
-  std::string name;  // --backend value
+  std::string name;  // --backend value: backend_kind_name(kind) (src/core/device.h)
   std::string help;  // one line for --help
   BackendKind kind;  // what its devices report (the all-reduce table's "runs on" refers to it)
   std::string (*unavailable)();  // "" when this build and machine can run it, else why not
   std::unique_ptr<Device> (*make)(int rank, const DeviceOptions& opts);  // rank r's device
+  // The physical devices its ranks are placed on here (CUDA: the GPUs, rank r on r mod count,
+  // so more ranks than devices share them). nullptr: the ranks compute on the host's cores,
+  // which they share (the projection scales a profile's compute by that sharing).
+  int (*physical_devices)() = nullptr;
+  // Its devices can be paced by the emulated link (collectives/link.h): their comm ops complete
+  // on the calling host thread. GPU transfers use the real interconnect.
+  bool emulated_link = false;
 };
 
 const std::vector<BackendEntry>& backends();
@@ -31,8 +38,12 @@ const std::vector<BackendEntry>& backends();
 const BackendEntry& find_backend(const std::string& name);
 // The first entry whose devices have this kind (its name for messages: "cpu", "cuda").
 const BackendEntry& backend_of_kind(BackendKind kind);
-// Rank r's device on backend `name`; throws naming the backend when it cannot run here.
+// Rank r's device on backend `b` (or the one called `name`); throws naming the backend when it
+// cannot run here.
+std::unique_ptr<Device> make_device(const BackendEntry& b, int rank, const DeviceOptions& opts);
 std::unique_ptr<Device> make_device(const std::string& name, int rank, const DeviceOptions& opts);
+// "cpu": the names of the entries whose devices the emulated link can pace, for messages.
+std::string emulated_link_backends();
 // k ranks' devices on backend `name` (CUDA: rank r on GPU r mod count, shared when k exceeds it).
 // The one way the trainer, the benchmarks and the tests create a set of ranks.
 std::vector<std::unique_ptr<Device>> make_devices(const std::string& name, int k, int threads,

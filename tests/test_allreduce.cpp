@@ -168,8 +168,8 @@ TEST(AllReduce, RefusedRankCountsNameTheAlgorithmAndK) {
 TEST(AllReduce, LaunchersOfTheTable) {
   int process_only = 0;
   for (const AllReduceEntry& e : allreduce_algorithms()) {
-    const std::string threads = allreduce_refusal(e, 2, BackendKind::Cpu, "threads");
-    const std::string procs = allreduce_refusal(e, 2, BackendKind::Cpu, "mpi");
+    const std::string threads = allreduce_refusal(e, 2, BackendKind::Cpu, Launcher::Threads);
+    const std::string procs = allreduce_refusal(e, 2, BackendKind::Cpu, Launcher::Mpi);
     if (e.launchers == AllReduceEntry::kProcesses) {
       ++process_only;
       EXPECT_NE(threads.find("mpirun"), std::string::npos) << e.name << ": " << threads;

@@ -136,7 +136,7 @@ TEST(LinkDevice, DeviceCommOpsAreNotPacedOnlySteps) {
 class ViewTransport final : public Transport {
  public:
   ViewTransport(int k, std::vector<int> local) : k_(k), local_(std::move(local)) {}
-  std::string launcher() const override { return "mpi"; }
+  Launcher launcher() const override { return Launcher::Mpi; }
   int size() const override { return k_; }
   int processes() const override { return k_ - int(local_.size()) + 1; }
   bool is_local(int r) const override {

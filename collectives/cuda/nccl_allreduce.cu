@@ -119,7 +119,7 @@ class NcclAllReduce final : public AllReduce {
  public:
   explicit NcclAllReduce(CommGroup& group)
       : group_(group) {
-    if (group.launcher() != "threads") {
+    if (group.launcher() != Launcher::Threads) {
       gate_ = std::make_unique<NcclCallGate>(std::vector<int>(size_t(group.size()), 0));
       init_one_process();
       register_comms();

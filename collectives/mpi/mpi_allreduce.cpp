@@ -1,6 +1,7 @@
 // mpi_allreduce.cpp: `--allreduce mpi`: MPI_Allreduce in place, the MPI library's own algorithm,
 // the peer our schedules (naive, ring, ...) are measured against in the same run. Runs only with
-// one process per rank (registry.cpp says so). Built by make_allreduce("mpi", group).
+// one process per rank (registry.cpp says so). Built by make_allreduce("mpi", group). Built in
+// every build: without MPI, mpi_absent.cpp's mpi_allreduce_sum says this build has no MPI.
 #include <memory>
 
 #include "collectives/allreduce.h"

@@ -113,7 +113,7 @@ class MpiTransport final : public Transport {
   }
   ~MpiTransport() override { MPI_Comm_free(&comm_); }
 
-  std::string launcher() const override { return "mpi"; }
+  Launcher launcher() const override { return Launcher::Mpi; }
   int size() const override { return size_; }
   int processes() const override { return size_; }
   bool is_local(int rank) const override { return rank == rank_; }
@@ -466,7 +466,7 @@ std::unique_ptr<Transport> make_mpi_transport(Device& dev, int rank, int size,
 void mpi_allreduce_sum(Transport& t, int rank, float* buf, size_t n) {
   auto* m = dynamic_cast<MpiTransport*>(&unpaced(t));
   DPB_CHECK(m, "--allreduce mpi needs one process per rank (this group's ranks are "
-                   << t.launcher() << ")");
+                   << launcher_name(t.launcher()) << ")");
   m->allreduce_sum(rank, buf, n);
 }
 

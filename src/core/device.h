@@ -23,6 +23,20 @@ namespace dpb {
 enum class BackendKind { Cpu, Cuda, Async };
 enum class StreamKind { Compute, Comm };
 
+// Every kind, and its one name: the --backend value of its entry in the backend table
+// (kernels/backends.cpp names its entries with it), so that layers below the table (collectives,
+// tuning tables) can name a kind without seeing the table.
+inline constexpr BackendKind kBackendKinds[] = {BackendKind::Cpu, BackendKind::Cuda,
+                                                BackendKind::Async};
+inline const char* backend_kind_name(BackendKind k) {
+  switch (k) {
+    case BackendKind::Cpu: return "cpu";
+    case BackendKind::Cuda: return "cuda";
+    case BackendKind::Async: return "async";
+  }
+  return "?";
+}
+
 // Time spent by work on one stream of a device, on the device's clock: begin() and end() bracket
 // work issued on that stream (CUDA: events recorded on it; async: stamps taken by its worker;
 // CPU: the host clock, since ops complete when they return). seconds() returns the sum over the

@@ -54,10 +54,15 @@ struct RecvOp {
   Kind op;
 };
 
+// Where a group's ranks live: threads of this process, or one process each, started by
+// mpirun/srun (the MPI transport). launcher_name: "threads" | "mpi", as the CSV writes it.
+enum class Launcher { Threads, Mpi };
+inline const char* launcher_name(Launcher l) { return l == Launcher::Threads ? "threads" : "mpi"; }
+
 class Transport {
  public:
   virtual ~Transport() = default;
-  virtual std::string launcher() const = 0;  // "threads" | "mpi"
+  virtual Launcher launcher() const = 0;
   virtual int size() const = 0;              // ranks in the group
   virtual int processes() const = 0;         // processes the ranks live in
   virtual bool is_local(int rank) const = 0; // rank lives in this process

@@ -3,9 +3,9 @@
 
 #include <cmath>
 
+#include "kernels/backends.h"
 #include "src/core/check.h"
 #include "src/core/registry.h"
-#include "kernels/cpu/cpu_device.h"
 
 namespace dpb {
 
@@ -89,7 +89,8 @@ std::vector<int> epoch_permutation(int n, uint64_t seed, int epoch) {
 
 namespace dpb {
 std::vector<ParamInfo> model_param_layout(const std::string& name) {
-  auto dev = make_cpu_device(0, 1);
+  // The layout is the same on every backend: build the model once on a one-thread host device.
+  auto dev = backend_of_kind(BackendKind::Cpu).make(0, DeviceOptions{1});
   return make_model(name, *dev, 1)->params();
 }
 }  // namespace dpb

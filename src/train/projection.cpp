@@ -11,11 +11,11 @@
 #include <functional>
 #include <thread>
 
+#include "kernels/backends.h"
 #include "src/core/check.h"
+#include "src/core/registry.h"
 #include "src/core/stats.h"
 #include "src/model/model.h"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cpu/cpu_device.h"
 
 namespace dpb {
 namespace {
@@ -51,9 +51,9 @@ struct RawSteps {
 };
 
 // `step_start` is called before every step (all replicas start together).
-RawSteps measure_one(const std::string& model, const std::string& backend, int threads, int batch,
+RawSteps measure_one(const std::string& model, const BackendEntry& backend, int threads, int batch,
                      int steps, int rank, const std::function<void()>& step_start) {
-  auto dev = backend == "cuda" ? make_cuda_device(rank, 0, false) : make_cpu_device(rank, threads);
+  auto dev = make_device(backend, rank, DeviceOptions{threads, false, /*gpu=*/0});
   auto net = make_model(model, *dev, batch);
   const size_t P = net->num_floats();
   Buffer w(*dev, P, "profile parameters"), g(*dev, P, "profile gradients");
@@ -149,14 +149,16 @@ StepProfile measure_profile(const std::string& model, const std::string& backend
                             int batch, int steps, int ranks) {
   DPB_CHECK(is_model_name(model), "profile: unknown model '" << model << "'");
   DPB_CHECK(batch >= 1 && steps >= 1, "profile: batch and steps must be >= 1");
-  DPB_CHECK(ranks >= 1 && (ranks == 1 || backend == "cpu"),
+  const BackendEntry& be = find_backend(backend);
+  // Side by side, the ranks share the host's cores as a run's would; on GPUs they would not.
+  DPB_CHECK(ranks >= 1 && (ranks == 1 || !be.physical_devices),
             "profile: side-by-side ranks (" << ranks << ") need the CPU backend");
   std::barrier<> sync(ranks);
   std::vector<RawSteps> out(ranks);
   std::vector<std::exception_ptr> err(ranks);
   auto body = [&](int r) {
     try {
-      out[r] = measure_one(model, backend, threads, batch, steps, r,
+      out[r] = measure_one(model, be, threads, batch, steps, r,
                            [&] { if (ranks > 1) sync.arrive_and_wait(); });
     } catch (...) {
       err[r] = std::current_exception();
@@ -215,6 +217,9 @@ StepProfile profile_from_json(const nlohmann::json& j, const std::string& source
     DPB_CHECK(false, source << ": profile strings: " << e.what());
   }
   DPB_CHECK(is_model_name(p.model), source << ": unknown model '" << p.model << "'");
+  DPB_CHECK(find_entry(backends(), p.backend) != nullptr,
+            source << ": unknown backend '" << p.backend << "' (valid: " << entry_names(backends())
+                   << ")");
   p.threads = int(number("threads"));
   p.batch = int(number("batch"));
   p.ranks = j.contains("ranks") ? int(number("ranks")) : 1;
@@ -252,7 +257,7 @@ struct StepTimes {
 };
 
 // One step on one rank with `shard` images per device; f: the compute stretch.
-StepTimes project_step(const StepProfile& prof, const ProjectConfig& cfg,
+StepTimes project_step(const StepProfile& prof, BackendKind kind, const ProjectConfig& cfg,
                        const std::vector<Unit>& units, int shard, double f) {
   const double scale = double(shard) / prof.batch * f;
   StepTimes t;
@@ -260,9 +265,8 @@ StepTimes project_step(const StepProfile& prof, const ProjectConfig& cfg,
   const double fwd = prof.forward_s * scale, bwd = prof.backward_s * scale;
   double comm_end = 0;  // the communication stream, from the start of backward
   for (const Unit& u : units) {
-    const double c = allreduce_link_cost(
-        cfg.allreduce, double(u.count) * sizeof(float), cfg.devices, cfg.link,
-        prof.backend == "cuda" ? BackendKind::Cuda : BackendKind::Cpu, cfg.tune_file);
+    const double c = allreduce_link_cost(cfg.allreduce, double(u.count) * sizeof(float),
+                                         cfg.devices, cfg.link, kind, cfg.tune_file);
     t.comm += c;
     double ready = 0;
     for (int p = u.first_param; p <= u.last_param; ++p)
@@ -287,7 +291,9 @@ Projection project(const StepProfile& prof, const ProjectConfig& cfg) {
   const std::vector<Unit> units = plan_units(sizes, cfg.sync);
   Projection p;
   p.units = int(units.size());
-  if (prof.backend == "cpu" && cfg.cores > 0) {  // relative to the sharing the profile saw
+  const BackendEntry& backend = find_backend(prof.backend);
+  // Ranks computing on the host share its cores: relative to the sharing the profile saw.
+  if (!backend.physical_devices && cfg.cores > 0) {
     auto share = [&](int ranks) { return std::max(1.0, double(ranks) * prof.threads / cfg.cores); };
     p.compute_stretch = std::max(1.0, share(k) / share(prof.ranks));
   }
@@ -299,10 +305,12 @@ Projection project(const StepProfile& prof, const ProjectConfig& cfg) {
     p.comm_s += (k > 1 ? t.comm : 0) * times;
     p.exposed_comm_s += (k > 1 ? t.exposed : 0) * times;
   };
-  const StepTimes one = project_step(prof, cfg, units, (cfg.batch + k - 1) / k, p.compute_stretch);
+  const StepTimes one =
+      project_step(prof, backend.kind, cfg, units, (cfg.batch + k - 1) / k, p.compute_stretch);
   p.step_s = one.step;
   add(one, full);
-  if (rest > 0) add(project_step(prof, cfg, units, (rest + k - 1) / k, p.compute_stretch), 1);
+  if (rest > 0)
+    add(project_step(prof, backend.kind, cfg, units, (rest + k - 1) / k, p.compute_stretch), 1);
   p.compute_s = std::max(0.0, p.epoch_s - p.data_s - p.exposed_comm_s);  // as the trainer's CSV
   return p;
 }

@@ -31,7 +31,7 @@ const std::vector<CsvColumn>& train_csv_columns() {
        [](Run r, Ep) { return integer(r.cfg.devices); }},
       {"launcher", kText, "threads (ranks are threads of one process) | mpi (one process per rank, "
                           "mpirun/srun)",
-       [](Run r, Ep) { return r.cfg.launcher(); }},
+       [](Run r, Ep) { return std::string(launcher_name(r.cfg.launcher())); }},
       {"processes", kNum, "processes the ranks ran in (1 for threads)",
        [](Run r, Ep) { return integer(r.cfg.procs.active() ? r.cfg.procs.size : 1); }},
       {"shared_gpu", kNum, "1 when CUDA ranks share GPUs",

@@ -19,7 +19,6 @@
 #include "src/core/rank_threads.h"
 #include "src/model/model.h"
 #include "src/train/step.h"
-#include "kernels/cuda/cuda_backend.h"
 
 namespace dpb {
 namespace {
@@ -99,9 +98,11 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
                                  *ranks_.allreduce));
     result_.device_names.push_back(ranks_[i].name());
   }
-  const int ngpu = cfg.backend == "cuda" ? cuda_device_count() : 0;
-  result_.shared_gpu = cfg.backend == "cuda" &&
-                       (cfg.procs.active() ? cfg.procs.local_size > ngpu : k_ > ngpu);
+  const BackendEntry& backend = find_backend(cfg.backend);
+  if (backend.physical_devices) {  // more ranks on this node than devices: they share them
+    const int ndev = backend.physical_devices();
+    result_.shared_gpu = cfg.procs.active() ? cfg.procs.local_size > ndev : k_ > ndev;
+  }
   if (ranks_.group->is_local(0)) {  // rank 0 initializes ...
     const std::vector<float> init = init_params(model_param_layout(cfg.model), cfg.seed);
     ranks_[0].upload(reps_[0].w.get(), init.data(), init.size());
@@ -174,6 +175,7 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
   DPB_CHECK(is_model_name(cfg.model), "--model: unknown model '" << cfg.model << "' (valid: "
                                                                  << entry_names(models()) << ")");
   const BackendEntry& backend = find_backend(cfg.backend);
+  const AllReduceEntry& algorithm = find_allreduce(cfg.allreduce);
   DPB_CHECK(cfg.devices >= 1 && cfg.devices <= 64,
             "--devices: must be between 1 and 64, got " << cfg.devices);
   DPB_CHECK(cfg.batch >= cfg.devices, "--batch: the global batch (" << cfg.batch
@@ -184,21 +186,23 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
   DPB_CHECK(cfg.warmup_epochs >= 0, "--warmup-epochs: must be >= 0, got " << cfg.warmup_epochs);
   DPB_CHECK(cfg.sync.bucket_mb > 0, "--bucket-mb: must be > 0, got " << cfg.sync.bucket_mb);
   validate_link(cfg.link, "--link-gbps", "--link-latency-us");
-  DPB_CHECK(!cfg.link.enabled() || cfg.backend == "cpu",
-            "--link-gbps/--link-latency-us: the emulated link needs --backend cpu (GPU transfers "
-            "use the real interconnect)");
+  DPB_CHECK(!cfg.link.enabled() || backend.emulated_link,
+            "--link-gbps/--link-latency-us: the emulated link needs --backend "
+                << emulated_link_backends() << " (GPU transfers use the real interconnect)");
   DPB_CHECK(cfg.threads >= 0, "--threads: must be >= 0, got " << cfg.threads);
   if (cfg.procs.active()) {
     DPB_CHECK(cfg.devices == cfg.procs.size,
               "--devices " << cfg.devices << ": this run has " << cfg.procs.size
                            << " processes (one rank each); omit --devices or give " << cfg.procs.size);
-    DPB_CHECK(!cfg.link.enabled() || cfg.allreduce != "mpi",
-              "--link-gbps/--link-latency-us: --allreduce mpi (MPI_Allreduce) is not paced by the "
-              "emulated link; use naive, ring, direct, rhd or auto, or omit the link");
+    // The help's first word names the library call (mpi: "MPI_Allreduce in place ...").
+    DPB_CHECK(!cfg.link.enabled() || algorithm.link_paced,
+              "--link-gbps/--link-latency-us: --allreduce "
+                  << cfg.allreduce << " (" << algorithm.help.substr(0, algorithm.help.find(' '))
+                  << ") is not paced by the emulated link; use "
+                  << link_paced_algorithms(backend.kind, cfg.launcher()) << ", or omit the link");
   }
   // Processes: NCCL's GPU sharing is judged per node (8 processes on two 4-GPU nodes share none).
-  const std::string why = allreduce_refusal(find_allreduce(cfg.allreduce), cfg.devices,
-                                            backend.kind, cfg.launcher(),
+  const std::string why = allreduce_refusal(algorithm, cfg.devices, backend.kind, cfg.launcher(),
                                             cfg.procs.active() ? cfg.procs.local_size : 0);
   DPB_CHECK(why.empty(), why);
   if (!cfg.tune_file.empty()) load_tune_file(cfg.tune_file);  // throws naming what is wrong

@@ -36,7 +36,7 @@ struct ProcessPlace {
 
 struct TrainConfig {
   std::string model = "lenet";
-  std::string backend = "cpu";  // resolved: "cpu" | "cuda"
+  std::string backend = "cpu";  // a name of kernels/backends.h's table ("auto" resolved)
   int devices = 1;
   int batch = 256;  // global
   double lr = 0.2;
@@ -51,7 +51,7 @@ struct TrainConfig {
   LinkSpec link;  // emulated link between ranks (CPU backend); disabled: real memory copies
   bool progress = true;  // progress lines on stderr during long epochs
   ProcessPlace procs;    // one rank per process (MPI initialized by the caller), or threads
-  std::string launcher() const { return procs.active() ? "mpi" : "threads"; }
+  Launcher launcher() const { return procs.active() ? Launcher::Mpi : Launcher::Threads; }
 };
 
 struct EpochStats {
