@@ -90,7 +90,12 @@ def save(fig, out, name):
 # ----------------------------------------------------------------------------- micro
 
 
-MICRO_ALGS = "naive|ring|direct|rhd|auto"  # every algorithm of the registry with a link cost
+def micro_algorithms(bin_path):
+    """The all-reduce algorithms dpbench-micro times on the CPU with ranks as threads, from
+    `dpbench info` (the registry): those with a link cost model report link_model_s."""
+    info = json.loads(run([bin_path, "info"]))
+    return [e["name"] for e in info["allreduce_algorithms"]
+            if "cpu" in e["runs_on"] and "threads" in e["launchers"]]
 
 
 def cmd_micro(a):
@@ -101,7 +106,8 @@ def cmd_micro(a):
     ranks = a.ranks or "2,4"
     run([a.micro_bin, f"--dpb_ranks={ranks}", f"--dpb_link_gbps={gbps}",
          f"--dpb_link_latency_us={lat}",
-         f"--benchmark_filter=^allreduce/cpu/({MICRO_ALGS})/ranks:({ranks.replace(',', '|')})/"
+         f"--benchmark_filter=^allreduce/cpu/({'|'.join(micro_algorithms(a.bin))})/"
+         f"ranks:({ranks.replace(',', '|')})/"
          f"bytes:({sizes.replace(',', '|')})/",
          f"--benchmark_min_time={a.min_time}", f"--benchmark_repetitions={a.reps}",
          "--benchmark_report_aggregates_only=true", f"--benchmark_out={out}"])
@@ -309,7 +315,7 @@ def project(a, model, k, gbps, lat, profile, cores, extra):
 def cmd_figure(a):
     sync = ["--grad-sync", "bucketed", "--bucket-mb", "25", "--overlap", "on"]
     rows = []
-    for model in ("lenet", "resnet18"):
+    for model in CHECK:  # the models this study has settings for
         prof = a.profile.get(model) if a.profile else None
         if not prof:
             prof = os.path.join(a.out, f"link-profile-{model}-figure.json")
@@ -331,8 +337,8 @@ def cmd_figure(a):
         with open(check_csv) as f:
             checked = list(csv.DictReader(f))
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, model in zip(axes, ("lenet", "resnet18")):
+    fig, axes = plt.subplots(1, len(CHECK), figsize=(5.5 * len(CHECK), 4.2), squeeze=False)
+    for ax, model in zip(axes[0], CHECK):
         for i, (name, gbps, lat) in enumerate(NAMED_LINKS):
             r = [x for x in rows if x["model"] == model and x["link"] == name]
             ax.plot([x["devices"] for x in r], [x["speedup"] for x in r], marker=".", color=f"C{i}",
@@ -371,7 +377,7 @@ def main():
     ap.add_argument("--bin", default="build/dpbench")
     ap.add_argument("--micro-bin", default="build/dpbench-micro")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"],
+    ap.add_argument("--backend", default="cpu",  # dpbench refuses a name not in its table
                     help="figure: the device the one-device profile is measured on")
     ap.add_argument("--epochs", type=int, default=2,
                     help="check: epochs per run (the median of all but the first is used)")
@@ -379,7 +385,7 @@ def main():
     ap.add_argument("--gbps", type=float, default=1.0, help="micro, overlap: link bandwidth")
     ap.add_argument("--latencies", default="50,5000", help="overlap: link latencies, us")
     ap.add_argument("--batch", type=int, default=8, help="overlap: the model's global batch")
-    ap.add_argument("--model", default="resnet18", choices=["lenet", "resnet18"], help="overlap")
+    ap.add_argument("--model", default="resnet18", help="overlap: a model of `dpbench train --help`")
     ap.add_argument("--sizes", default="", help="micro: bytes, comma list (default: 64 KB..32 MB)")
     ap.add_argument("--ranks", default="", help="micro: rank counts, comma list (default 2,4)")
     ap.add_argument("--min-time", type=float, default=0.5, help="micro: seconds per benchmark")
