@@ -100,9 +100,10 @@ void link_sleep_until(LinkFabric::Clock::time_point t) {
 
 LinkFabric::Clock::time_point book_step(LinkFabric& fab, const Transport& t, int rank,
                                         std::span<const SendOp> sends,
-                                        std::span<const RecvOp> recvs) {
+                                        std::span<const RecvOp> recvs,
+                                        LinkFabric::Clock::time_point not_before) {
   auto done = LinkFabric::Clock::now();
-  LinkFabric::Clock::time_point chain{};  // the end of this rank's last own move
+  LinkFabric::Clock::time_point chain = not_before;  // the end of this rank's last own move
   auto book = [&](int src, int dst, size_t len, int by) {
     if (len == 0 || src == dst) return;  // within one rank's memory: not a link transfer
     const bool ours = by == rank;
@@ -126,14 +127,19 @@ class PacedTransport final : public Transport {
       : in_(std::move(inner)), fab_(std::move(fabric)) {
     DPB_CHECK(fab_->size() == in_->size(), "emulated link: a fabric of " << fab_->size()
                                                << " ranks for a group of " << in_->size());
+    for (int r = 0; r < in_->size(); ++r) shared_ = shared_ && in_->is_local(r);
   }
   Transport& inner() { return *in_; }
 
   void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
             bool fence) override {
-    const auto done = book_step(*fab_, *in_, rank, sends, recvs);
-    in_->step(rank, sends, recvs, false);  // the moves, at host speed
-    link_sleep_until(done);                // before the fence: peers wait for the link too
+    if (shared_) {
+      step_by_move(rank, sends, recvs);
+    } else {
+      const auto done = book_step(*fab_, *in_, rank, sends, recvs);
+      in_->step(rank, sends, recvs, false);  // the moves, at host speed
+      link_sleep_until(done);                // before the fence: peers wait for the link too
+    }
     if (fence) in_->fence(rank);
   }
   void fence(int rank) override { in_->fence(rank); }
@@ -159,8 +165,35 @@ class PacedTransport final : public Transport {
   void set_barrier_spin_ns(long ns) override { in_->set_barrier_spin_ns(ns); }
 
  private:
+  // Every rank books on fab_ (link.h, with_link): this rank's own moves (its receives that are
+  // not puts, then its puts, as direct_moves makes them) one at a time, each booked, made and
+  // slept on before the next; then the rest of the step (the moves its peers make), unbooked here.
+  void step_by_move(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs) {
+    LinkFabric::Clock::time_point last{};
+    for (size_t i = 0; i < recvs.size(); ++i) {
+      if (recvs[i].op == RecvOp::Put) continue;
+      last = book_step(*fab_, *in_, rank, {}, recvs.subspan(i, 1), last);
+      in_->step(rank, {}, recvs.subspan(i, 1), false);
+      link_sleep_until(last);
+    }
+    for (size_t i = 0; i < sends.size(); ++i) {
+      if (sends[i].put_off == SendOp::kPull) continue;
+      last = book_step(*fab_, *in_, rank, sends.subspan(i, 1), {}, last);
+      in_->step(rank, sends.subspan(i, 1), {}, false);
+      link_sleep_until(last);
+    }
+    std::vector<SendOp> pulls;
+    std::vector<RecvOp> puts;
+    for (const SendOp& s : sends)
+      if (s.put_off == SendOp::kPull) pulls.push_back(s);
+    for (const RecvOp& r : recvs)
+      if (r.op == RecvOp::Put) puts.push_back(r);
+    if (!pulls.empty() || !puts.empty()) in_->step(rank, pulls, puts, false);
+  }
+
   std::unique_ptr<Transport> in_;
   std::shared_ptr<LinkFabric> fab_;
+  bool shared_ = true;  // every rank is in this process and books its own moves on fab_
 };
 
 // A rank's device on a fabric: it carries the fabric to the threads transport and hands the

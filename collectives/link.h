@@ -104,13 +104,19 @@ void link_sleep_until(LinkFabric::Clock::time_point t);
 // them). A move a rank of ANOTHER process makes (a pull from our buffer, a put into ours;
 // t.is_local false) is booked here too, as it comes: this process's view of its own links.
 // Threads: every move is booked once, by its own rank, on the fabric all ranks share; processes:
-// each books its moves and its peers' moves with it on a fabric of its own.
+// each books its moves and its peers' moves with it on a fabric of its own. This rank's first
+// move starts no earlier than not_before.
 LinkFabric::Clock::time_point book_step(LinkFabric& fab, const Transport& t, int rank,
                                         std::span<const SendOp> sends,
-                                        std::span<const RecvOp> recvs);
+                                        std::span<const RecvOp> recvs,
+                                        LinkFabric::Clock::time_point not_before = {});
 
 // Paces every step of `inner` on `fabric`: book_step, the inner step's moves (real data, at host
-// speed), a sleep until the link delivers, then the step's fence. make_thread_transport wraps its
+// speed), a sleep until the link delivers, then the step's fence. When every rank books on the
+// fabric (threads: one fabric shared by all), the rank makes and books its moves one at a time,
+// each when the one before is delivered: the links are booked first come, first served (no gaps
+// filled), so a rank that booked a whole step at once would take links its peers need sooner
+// (direct's k-1 reads at k = 4 took 2.5x the model that way). make_thread_transport wraps its
 // transport with it when the group's devices carry a link (with_link on devices, below);
 // make_mpi_transport when it is given an enabled LinkSpec (a fabric per process).
 std::unique_ptr<Transport> with_link(std::unique_ptr<Transport> inner,

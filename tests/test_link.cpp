@@ -238,6 +238,38 @@ TEST(LinkSeam, PacedStepSleepsBeforeTheFence) {
   EXPECT_EQ(fabric->transfers(), 1);
 }
 
+// Threads share one fabric, whose links are booked first come, first served: each rank books and
+// makes its moves one at a time, so direct's k-1 reads per step (rank r from r+1, r+2, ... in
+// turn) never share a link and take k-1 transfers, as the model says (booking a whole step at
+// once took 2.5x that at k = 4).
+TEST(LinkSeam, SharedFabricBooksMoveByMove) {
+  const int k = 4;
+  const LinkSpec spec{0.8, 0.0};  // 2 MB: 20 ms of occupancy each
+  const size_t n = 500000;
+  const double one = spec.transfer_s(double(n) * sizeof(float));
+  auto fabric = std::make_shared<LinkFabric>(k, spec);
+  std::vector<int> all{0, 1, 2, 3};
+  auto t = with_link(std::make_unique<ViewTransport>(k, all), fabric);
+  std::vector<double> secs(k);
+  const auto t0 = Clock::now();
+  on_ranks(k, [&](int r) {
+    float dst = 0;
+    std::vector<RecvOp> recvs;
+    std::vector<SendOp> sends;
+    for (int j = 1; j < k; ++j) {
+      recvs.push_back({(r + j) % k, 0, &dst, n, RecvOp::Reduce});
+      sends.push_back({(r + k - j) % k, 0, n});
+    }
+    t->step(r, sends, recvs, false);
+    secs[r] = std::chrono::duration<double>(Clock::now() - t0).count();
+  });
+  EXPECT_EQ(fabric->transfers(), k * (k - 1));
+  for (int r = 0; r < k; ++r) {
+    EXPECT_GE(secs[r], 0.999 * (k - 1) * one) << "rank " << r;
+    EXPECT_LT(secs[r], (k + 1) * one) << "rank " << r << ": the ranks' reads shared links";
+  }
+}
+
 TEST(LinkCost, TableFormulas) {
   const LinkSpec l{8.0, 10.0};  // 1 GB/s, 10 us
   EXPECT_NEAR(allreduce_link_cost("ring", 4e6, 4, l), 6 * (10e-6 + 1e-3), 1e-12);
