@@ -14,9 +14,11 @@
 // steps is paced, the same way whichever launcher runs it.
 //
 // Threads: attach_link puts the k devices on one shared fabric (with_link(Device)) and the
-// threads transport made over them paces its steps with it. Processes: make_mpi_transport paces
-// with a fabric per process, which sees only its own traffic: its send and receive links are
-// exact, a peer's are booked only with what this process sent to or received from it.
+// threads transport made over them paces its steps with it, each rank booking and making its
+// moves one at a time (the shared links go first come, first served). Processes:
+// make_mpi_transport paces with a fabric per process, which sees only its own traffic: its send
+// and receive links are exact, a peer's are booked only with what this process sent to or
+// received from it.
 //
 // Two clocks. Until a rank's host says when its comm work was issued, a transfer starts when its
 // step books it (wall time): the microbenchmarks, and runs over processes. Once it does (GradSync
