@@ -114,7 +114,8 @@ nlohmann::ordered_json machine_info() {
   const int ngpu = cuda_device_count();
   j["cuda_built"] = cuda_built();
   j["cuda_devices"] = ngpu;
-  j["default_backend"] = cuda_built() && ngpu > 0 ? "cuda" : "cpu";
+  j["default_backend"] =
+      backend_kind_name(cuda_built() && ngpu > 0 ? BackendKind::Cuda : BackendKind::Cpu);
   if (ngpu == 0) j["cuda_error"] = backend_of_kind(BackendKind::Cuda).unavailable();
   const nlohmann::ordered_json cuda = cuda_info();  // a named object: items() refers to it
   for (const auto& [key, value] : cuda.items()) j[key] = value;

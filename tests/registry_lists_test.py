@@ -2,8 +2,8 @@
 """registry_lists_test.py BUILD_DIR: the tables' entries as the binaries list them agree, and the
 scripts and tests iterate those lists instead of their own.
 
-  1. `dpbench train --help` (models, backends, all-reduce algorithms, grad-sync modes) and
-     `dpbench info` (all-reduce algorithms) list the same all-reduce names;
+  1. `dpbench train --help` and `dpbench info` list the same models, backends, all-reduce
+     algorithms and grad-sync modes, in table order;
   2. dpbench-micro registers allreduce/cpu/<alg> for exactly the algorithms `dpbench info` says
      run on the CPU as threads, and scripts/link_study.py's micro mode times those;
   3. no script or shell test holds a hand list (a list, tuple, set or `for x in ...` of two or
@@ -59,9 +59,11 @@ def main():
         if len(tables.get(t, [])) < 1:
             fails.append(f"`dpbench train --help` lists no {t}")
     info = json.loads(out([dpbench, "info"]))
-    info_algs = [e["name"] for e in info["allreduce_algorithms"]]
-    if info_algs != tables.get("All-reduce algorithms"):
-        fails.append(f"dpbench info lists {info_algs}, train --help {tables.get('All-reduce algorithms')}")
+    for title, key in (("All-reduce algorithms", "allreduce_algorithms"), ("Models", "models"),
+                       ("Backends", "backends"), ("Gradient sync modes", "grad_sync_modes")):
+        listed = [e["name"] for e in info.get(key, [])]
+        if listed != tables.get(title):
+            fails.append(f"dpbench info's {key} lists {listed}, train --help {tables.get(title)}")
     cpu_threads = {e["name"] for e in info["allreduce_algorithms"]
                    if "cpu" in e["runs_on"] and "threads" in e["launchers"]}
 

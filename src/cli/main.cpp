@@ -120,7 +120,8 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
 }
 
 // machine_info() and, for planners (scripts/suitelib.py), each all-reduce algorithm's backends,
-// launchers and the most ranks it lets share one GPU (null: any).
+// launchers and the most ranks it lets share one GPU (null: any); then the backend, model and
+// grad-sync tables (tests/registry_lists_test.py checks them against --help).
 int run_info() {
   nlohmann::ordered_json j = machine_info(), algs = nlohmann::ordered_json::array();
   for (const AllReduceEntry& e : allreduce_algorithms()) {
@@ -136,6 +137,19 @@ int run_info() {
                                               : nlohmann::ordered_json()}});
   }
   j["allreduce_algorithms"] = algs;
+  // The other tables, so that scripts and tests iterate the binaries' lists, not their own.
+  nlohmann::ordered_json bs = nlohmann::ordered_json::array(), ms = bs, ss = bs;
+  for (const BackendEntry& b : backends()) {
+    const std::string why = b.unavailable();
+    bs.push_back({{"name", b.name}, {"help", b.help}, {"available", why.empty()},
+                  {"unavailable", why}, {"emulated_link", b.emulated_link}});
+  }
+  for (const ModelEntry& m : models())
+    ms.push_back({{"name", m.name}, {"help", m.help}, {"bench_batch", m.bench_batch}});
+  for (const SyncModeEntry& m : sync_modes()) ss.push_back({{"name", m.name}, {"help", m.help}});
+  j["backends"] = bs;
+  j["models"] = ms;
+  j["grad_sync_modes"] = ss;
   std::fputs((j.dump(2) + "\n").c_str(), stdout);
   return 0;
 }

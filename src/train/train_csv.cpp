@@ -4,6 +4,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "kernels/backends.h"
+#include "src/core/registry.h"
+#include "src/model/model.h"
+
 namespace dpb {
 namespace {
 
@@ -25,8 +29,8 @@ const std::vector<CsvColumn>& train_csv_columns() {
   static const std::vector<CsvColumn> cols = {
       {"impl", kText, "what produced the row: dpbench (peer baselines write their own name)",
        [](Run, Ep) -> std::string { return "dpbench"; }},
-      {"model", kText, "lenet | resnet18", [](Run r, Ep) { return r.cfg.model; }},
-      {"backend", kText, "cpu | cuda", [](Run r, Ep) { return r.cfg.backend; }},
+      {"model", kText, entry_names(models(), " | "), [](Run r, Ep) { return r.cfg.model; }},
+      {"backend", kText, entry_names(backends(), " | "), [](Run r, Ep) { return r.cfg.backend; }},
       {"devices", kNum, "ranks (logical devices)",
        [](Run r, Ep) { return integer(r.cfg.devices); }},
       {"launcher", kText, "threads (ranks are threads of one process) | mpi (one process per rank, "

@@ -26,7 +26,7 @@ enum class CsvType { Number, Text };
 struct CsvColumn {
   const char* name;
   CsvType type;
-  const char* doc;  // one line: what the value is, with its unit
+  std::string doc;  // one line: what the value is, with its unit
   std::string (*format)(const TrainCsvRun& run, const EpochStats& epoch);
 };
 
