@@ -40,10 +40,9 @@ std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream) {
 
 DeviceSet::DeviceSet(const BackendEntry& b, int k, int cpu_threads, const LinkSpec& link)
     : devs(make_devices(b.name, k, cpu_threads)) {
-  attach_link(devs, link);  // CUDA + link: with_link refuses
   std::vector<Device*> ptrs;
   for (auto& d : devs) ptrs.push_back(d.get());
-  group = std::make_unique<CommGroup>(k, ptrs);
+  group = std::make_unique<CommGroup>(k, ptrs, link);  // CUDA + link: refused
 }
 
 std::vector<size_t> allreduce_sizes(size_t cap) {

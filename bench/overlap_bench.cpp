@@ -110,8 +110,8 @@ std::shared_ptr<OvRig> make_ov_rig(BenchEnv& env, const BackendEntry& b, const s
   const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = env.cfg().run.threads > 0 ? env.cfg().run.threads : std::max(1, hw / k);
   auto devs = make_devices(b.name, k, threads);
-  attach_link(devs, env.cfg().run.link);  // no-op without an emulated link
-  g->ranks = std::make_unique<RankSet>(std::move(devs), "ring");
+  g->ranks = std::make_unique<RankSet>(std::move(devs), "ring", AllReduceOptions{},
+                                       env.cfg().run.link);  // no link: not paced
   adapt_barrier_spin(*g->ranks->group, cfg);
   const std::vector<float> init = init_params(model_param_layout(model), 0);
   for (int r = 0; r < k; ++r) {

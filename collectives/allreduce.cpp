@@ -64,8 +64,8 @@ long default_barrier_spin_ns(int threads) {
   return hw > 0 && threads > 0 && unsigned(threads) <= hw ? 100000 : 0;
 }
 
-CommGroup::CommGroup(int k, std::vector<Device*> devices)
-    : t_(make_thread_transport(k, std::move(devices))) {}
+CommGroup::CommGroup(int k, std::vector<Device*> devices, const LinkSpec& link)
+    : t_(make_thread_transport(k, std::move(devices), link)) {}
 
 CommGroup::CommGroup(std::unique_ptr<Transport> transport) : t_(std::move(transport)) {
   DPB_CHECK(t_, "CommGroup: null transport");
@@ -106,6 +106,7 @@ class Traced final : public AllReduce {
     }
   }
   void reserve(int rank, size_t n) override { inner_->reserve(rank, n); }
+  void issue(int rank, std::chrono::steady_clock::time_point t) override { group_.issue(rank, t); }
   void abort(int rank, const std::string& why) override {
     inner_->abort(rank, why);
     group_.abort(rank, why);

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/link.h"
 #include "src/core/transport.h"
 #include "src/core/device.h"
 
@@ -54,12 +55,13 @@ class HostBarrier {
 };
 
 // The k ranks of a collective and how they move data: a thin handle on a Transport
-// (src/core/transport.h). CommGroup(k, devices) is k threads of this process (the threads
-// transport: published pointers and a device-ordered barrier); CommGroup(transport) is any other,
-// e.g. one rank per process over MPI (collectives/mpi_transport.h).
+// (src/core/transport.h). CommGroup(k, devices, link) is k threads of this process (the threads
+// transport: published pointers and a device-ordered barrier), its steps paced by `link` when it
+// is enabled (collectives/link.h; CPU devices only); CommGroup(transport) is any other, e.g. one
+// rank per process over MPI (collectives/mpi/mpi_transport.h, which takes the link itself).
 class CommGroup {
  public:
-  CommGroup(int k, std::vector<Device*> devices);
+  CommGroup(int k, std::vector<Device*> devices, const LinkSpec& link = {});
   explicit CommGroup(std::unique_ptr<Transport> transport);
   int size() const { return t_->size(); }
   Launcher launcher() const { return t_->launcher(); }
@@ -69,6 +71,11 @@ class CommGroup {
   Device& device(int rank) const { return t_->device(rank); }
   BackendKind kind() const { return t_->kind(); }
   Transport& transport() const { return *t_; }
+  // The transport's steps are paced by an emulated link (link.h).
+  bool paced() const { return t_->paced(); }
+  // Rank `rank`'s host issued the comm work that follows at t (link.h, "Two clocks"; GradSync
+  // tells it); a transport that is not paced ignores it.
+  void issue(int rank, std::chrono::steady_clock::time_point t) { t_->issue(rank, t); }
   // How long a rank waiting in barrier() polls before sleeping (see HostBarrier). Default:
   // default_barrier_spin_ns(k). Whoever adds threads that compete for the cores while ranks wait
   // should lower it before any rank runs (GradSync's communication threads: adapt_barrier_spin
@@ -103,8 +110,10 @@ class CommGroup {
   std::unique_ptr<Transport> t_;
 };
 
-// The threads transport over k devices of this process (transport_threads.cpp).
-std::unique_ptr<Transport> make_thread_transport(int k, std::vector<Device*> devices);
+// The threads transport over k devices of this process (transport_threads.cpp); when `link` is
+// enabled, paced by it on one fabric all k ranks share (with_link, link.h; CPU devices only).
+std::unique_ptr<Transport> make_thread_transport(int k, std::vector<Device*> devices,
+                                                 const LinkSpec& link = {});
 
 class AllReduce {
  public:
@@ -122,6 +131,9 @@ class AllReduce {
   // Makes every rank's current and later run() throw instead of waiting for `rank` (used on
   // failure; see the header comment). make_allreduce's objects abort their CommGroup.
   virtual void abort(int rank, const std::string& why) { (void)rank; (void)why; }
+  // Rank `rank`'s host issued the comm work of its next calls at t (CommGroup::issue): GradSync
+  // says when backward made a unit ready. make_allreduce's objects tell their group.
+  virtual void issue(int rank, std::chrono::steady_clock::time_point t) { (void)rank; (void)t; }
 };
 
 struct AllReduceOptions {

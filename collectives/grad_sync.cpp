@@ -156,11 +156,13 @@ void GradSync::grad_ready(int param) {
 
 void GradSync::launch(int unit) {
   // Mark the compute stream now, on the backward thread: the comm stream waits for exactly the
-  // work that produced this unit's gradients, not for backward layers issued after it.
+  // work that produced this unit's gradients, not for backward layers issued after it. The time
+  // of the mark is when the host issued the unit's comm work (an emulated link's clock: link.h).
+  const auto at = std::chrono::steady_clock::now();
   const int mark = dev_.compute_mark();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    queue_.emplace_back(unit, mark);
+    queue_.push_back({unit, mark, at});
   }
   cv_.notify_one();
 }
@@ -183,13 +185,14 @@ void GradSync::comm_loop() {
   for (;;) {
     cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
     if (stop_) return;
-    const auto [u, mark] = queue_.front();
+    const auto [u, mark, at] = queue_.front();
     queue_.pop_front();
     if (!error_) {  // after a failure, later units are dropped (the group is aborted)
       lk.unlock();
       std::exception_ptr err;
       try {
         dev_.comm_wait_mark(mark);
+        ar_.issue(rank_, at);
         comm_timer_->begin();  // after the wait: times the collective, not its producers
         run_unit(u);
         comm_timer_->end();
@@ -223,6 +226,7 @@ void GradSync::finish() {
   if (!cfg_.overlap) {
     try {
       if (launched_ < U) dev_.comm_wait_compute();
+      if (launched_ < U) ar_.issue(rank_, std::chrono::steady_clock::now());  // issued now
       for (; launched_ < U; ++launched_) {
         ++times_.calls;
         comm_timer_->begin();

@@ -11,13 +11,16 @@
 // as soon as backward has produced all of its gradients, so communication runs while backward
 // goes on; when off, all units are reduced after backward, on the calling thread. The comm thread
 // calls dev.comm_wait_compute() before each unit: on CUDA that orders the unit after all compute
-// issued by then, which may be more than the unit needs (the host runs ahead of the GPU).
+// issued by then, which may be more than the unit needs (the host runs ahead of the GPU). After
+// each such wait the all-reduce is told when the unit's comm work was issued (AllReduce::issue:
+// an emulated link's comm stream starts there; collectives/link.h, "Two clocks").
 // Units are always launched in plan order (a unit whose gradients are ready waits for the units
 // before it), so every rank makes the same sequence of collective calls.
 // Errors: an exception in the communication thread aborts the collective (so peers do not hang)
 // and is rethrown by finish(); the GradSync is then unusable.
 // Implemented in collectives/grad_sync.cpp; tested by tests/test_grad_sync.cpp.
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -119,7 +122,11 @@ class GradSync {
   std::mutex mu_;
   std::condition_variable cv_;       // work for the comm thread, or stop
   std::condition_variable done_cv_;  // a unit finished
-  std::deque<std::pair<int, int>> queue_;  // (unit, compute mark taken when it became ready)
+  struct Launched {
+    int unit, mark;  // the compute mark taken when the unit became ready ...
+    std::chrono::steady_clock::time_point at;  // ... and when it was taken
+  };
+  std::deque<Launched> queue_;
   int done_ = 0;  // units finished (or dropped after an error) this step
   bool stop_ = false;
   std::exception_ptr error_;

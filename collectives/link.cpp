@@ -1,6 +1,6 @@
 // link.cpp: the emulated link: LinkFabric (the booking policy), book_step and the paced transport
-// (the seam both launchers pace at), the device that puts a rank on a fabric, and the query of
-// the registry's cost models. See link.h; tested by tests/test_link.cpp.
+// (the seam both launchers pace at, and where the hosts' issue times arrive), and the query of the
+// registry's cost models. See link.h; tested by tests/test_link.cpp.
 #include "collectives/link.h"
 
 #include <sys/prctl.h>
@@ -8,14 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <deque>
 #include <mutex>
 #include <thread>
 #include <utility>
 
 #include "collectives/registry.h"
 #include "src/core/check.h"
-#include "src/core/forwarding_device.h"
 
 namespace dpb {
 
@@ -143,6 +141,8 @@ class PacedTransport final : public Transport {
     if (fence) in_->fence(rank);
   }
   void fence(int rank) override { in_->fence(rank); }
+  bool paced() const override { return true; }
+  void issue(int rank, LinkFabric::Clock::time_point t) override { fab_->issue(rank, t); }
 
   Launcher launcher() const override { return in_->launcher(); }
   int size() const override { return in_->size(); }
@@ -196,63 +196,6 @@ class PacedTransport final : public Transport {
   bool shared_ = true;  // every rank is in this process and books its own moves on fab_
 };
 
-// A rank's device on a fabric: it carries the fabric to the threads transport and hands the
-// fabric its comm issue times; its own comm ops are the inner device's, unpaced.
-class LinkDevice final : public ForwardingDevice {
- public:
-  LinkDevice(std::unique_ptr<Device> inner, std::shared_ptr<LinkFabric> fabric)
-      : ForwardingDevice(std::move(inner)), fab_(std::move(fabric)), rank_(in_->rank()) {
-    DPB_CHECK(in_->kind() == BackendKind::Cpu,
-              "the emulated link (--link-gbps / --link-latency-us) needs the CPU backend: a host "
-              "sleep cannot pace a GPU stream (device " << in_->name() << ")");
-    DPB_CHECK(rank_ >= 0 && rank_ < fab_->size(),
-              "emulated link: rank " << rank_ << " outside the fabric's " << fab_->size()
-                                     << " ranks");
-  }
-  int rank() const override { return rank_; }
-  std::string name() const override { return in_->name() + " + link " + fab_->spec().label(); }
-  bool comm_paced() const override { return true; }
-  const std::shared_ptr<LinkFabric>& fabric() const { return fab_; }
-
-  // The host's issue points (link.h, "Two clocks"): a compute mark remembers when it was taken
-  // (backward made a unit ready); waiting on it, or on all compute, issues the comm work then.
-  int compute_mark() override {
-    const auto now = LinkFabric::Clock::now();
-    const int inner = in_->compute_mark();
-    std::lock_guard<std::mutex> lk(marks_mu_);
-    marks_.push_back({next_mark_, inner, now});
-    if (marks_.size() > 4096) marks_.pop_front();  // marks never waited on
-    return next_mark_++;
-  }
-  void comm_wait_mark(int token) override {
-    Mark m{token, -1, LinkFabric::Clock::now()};
-    {
-      std::lock_guard<std::mutex> lk(marks_mu_);
-      while (!marks_.empty() && marks_.front().token <= token) {
-        if (marks_.front().token == token) m = marks_.front();
-        marks_.pop_front();
-      }
-    }
-    in_->comm_wait_mark(m.inner);
-    fab_->issue(rank_, m.at);
-  }
-  void comm_wait_compute() override {
-    in_->comm_wait_compute();
-    fab_->issue(rank_, LinkFabric::Clock::now());
-  }
-
- private:
-  struct Mark {
-    int token, inner;
-    LinkFabric::Clock::time_point at;
-  };
-  std::shared_ptr<LinkFabric> fab_;
-  int rank_;
-  std::mutex marks_mu_;  // compute_mark (backward thread) vs comm_wait_mark (comm thread)
-  std::deque<Mark> marks_;
-  int next_mark_ = 0;
-};
-
 }  // namespace
 
 std::unique_ptr<Transport> with_link(std::unique_ptr<Transport> inner,
@@ -264,23 +207,6 @@ std::unique_ptr<Transport> with_link(std::unique_ptr<Transport> inner,
 Transport& unpaced(Transport& t) {
   auto* p = dynamic_cast<PacedTransport*>(&t);
   return p ? p->inner() : t;
-}
-
-std::unique_ptr<Device> with_link(std::unique_ptr<Device> inner,
-                                  std::shared_ptr<LinkFabric> fabric) {
-  DPB_CHECK(inner && fabric, "with_link: null device or fabric");
-  return std::make_unique<LinkDevice>(std::move(inner), std::move(fabric));
-}
-
-std::shared_ptr<LinkFabric> link_of(Device& dev) {
-  auto* l = dynamic_cast<LinkDevice*>(&dev);
-  return l ? l->fabric() : nullptr;
-}
-
-void attach_link(std::vector<std::unique_ptr<Device>>& devs, const LinkSpec& spec) {
-  if (!spec.enabled()) return;
-  auto fabric = std::make_shared<LinkFabric>(int(devs.size()), spec);
-  for (auto& d : devs) d = with_link(std::move(d), fabric);
 }
 
 // ---------------------------------------------------------------- cost model

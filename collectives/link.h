@@ -13,17 +13,19 @@
 // copy engines and NICs do. Algorithms do not know: every schedule written over the transport's
 // steps is paced, the same way whichever launcher runs it.
 //
-// Threads: attach_link puts the k devices on one shared fabric (with_link(Device)) and the
-// threads transport made over them paces its steps with it, each rank booking and making its
-// moves one at a time (the shared links go first come, first served). Processes:
-// make_mpi_transport paces with a fabric per process, which sees only its own traffic: its send
-// and receive links are exact, a peer's are booked only with what this process sent to or
-// received from it.
+// The link lives in the transport alone; devices do not know of it. Threads: the threads
+// transport given a LinkSpec (CommGroup(k, devices, link), make_thread_transport) paces its steps
+// on one fabric the k ranks share, each rank booking and making its moves one at a time (the
+// shared links go first come, first served). Processes: make_mpi_transport given a LinkSpec paces
+// with a fabric per process, which sees only its own traffic: its send and receive links are
+// exact, a peer's are booked only with what this process sent to or received from it.
+// CommGroup::paced() says whether a group's steps are paced.
 //
-// Two clocks. Until a rank's host says when its comm work was issued, a transfer starts when its
-// step books it (wall time): the microbenchmarks, and runs over processes. Once it does (GradSync
-// calls comm_wait_mark with the compute mark of the moment backward made the unit ready, or
-// comm_wait_compute after backward; the device from with_link hands the time to the fabric), the
+// Two clocks. Until every rank's host says when its comm work was issued, a transfer starts when
+// its step books it (wall time): the microbenchmarks, and runs over processes (a per-process
+// fabric hears only its own rank). Once they do (GradSync tells its all-reduce, which tells the
+// group's transport, Transport::issue: after dev.comm_wait_mark, the time it took that compute
+// mark, the moment backward made the unit ready; after dev.comm_wait_compute, the time then), the
 // rank's transfers run on an emulated comm STREAM, as a GPU's copy engine does: a transfer starts
 // at the latest of the last rank's issue time, the end of the booking rank's previous transfer
 // and the two links being free, not when the host thread that books it wakes up (a thread woken
@@ -118,24 +120,14 @@ LinkFabric::Clock::time_point book_step(LinkFabric& fab, const Transport& t, int
 // fabric (threads: one fabric shared by all), the rank makes and books its moves one at a time,
 // each when the one before is delivered: the links are booked first come, first served (no gaps
 // filled), so a rank that booked a whole step at once would take links its peers need sooner
-// (direct's k-1 reads at k = 4 took 2.5x the model that way). make_thread_transport wraps its
-// transport with it when the group's devices carry a link (with_link on devices, below);
-// make_mpi_transport when it is given an enabled LinkSpec (a fabric per process).
+// (direct's k-1 reads at k = 4 took 2.5x the model that way). Its paced() is true and its
+// issue(r, t) is fab->issue(r, t). make_thread_transport and make_mpi_transport wrap their
+// transport with it when they are given an enabled LinkSpec (threads: one fabric for the k
+// ranks; processes: a fabric per process).
 std::unique_ptr<Transport> with_link(std::unique_ptr<Transport> inner,
                                      std::shared_ptr<LinkFabric> fabric);
 // The transport a paced one wraps; t itself when it is not paced.
 Transport& unpaced(Transport& t);
-
-// Marks `inner` (rank inner->rank(), CPU backend only: a CUDA stream is not paced by a host
-// sleep) as a rank on `fabric`: the threads transport made over it paces its steps there, and
-// the device feeds the fabric its comm issue times (link.h, "Two clocks"). Its own comm_copy /
-// comm_reduce are not paced: only a transport step is a link transfer.
-std::unique_ptr<Device> with_link(std::unique_ptr<Device> inner, std::shared_ptr<LinkFabric> fabric);
-// The fabric dev was put on by with_link, else null.
-std::shared_ptr<LinkFabric> link_of(Device& dev);
-
-// Wraps every device of a rank set in one shared fabric (no-op when the spec is not enabled).
-void attach_link(std::vector<std::unique_ptr<Device>>& devs, const LinkSpec& spec);
 
 // ---- alpha-beta cost models. Each algorithm's lives in its own file (naive.cpp, ring.cpp, ...)
 // and its registry entry carries it (AllReduceEntry::link_cost, collectives/registry.cpp).

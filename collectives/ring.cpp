@@ -32,13 +32,6 @@ namespace {
 constexpr size_t kCpuPieceFloats = size_t(16) << 10;      // 64 KB
 constexpr size_t kCpuPipelineMinBytes = size_t(8) << 20;  // all k buffers together
 
-// True when the group's local devices are paced by an emulated link.
-bool paced(const CommGroup& g) {
-  for (int r = 0; r < g.size(); ++r)
-    if (g.is_local(r)) return g.device(r).comm_paced();
-  return false;
-}
-
 // Piece j of a chunk of len floats cut into m pieces whose sizes differ by at most one.
 inline size_t split_begin(size_t len, size_t m, size_t j) {
   return j * (len / m) + std::min(j, len % m);
@@ -49,7 +42,7 @@ class RingAllReduce final : public AllReduce {
   RingAllReduce(CommGroup& group, size_t piece_floats)
       : group_(group), piece_(piece_floats),
         auto_(piece_floats == 0 && group.kind() == BackendKind::Cpu &&
-              group.launcher() == Launcher::Threads && !paced(group)) {}
+              group.launcher() == Launcher::Threads && !group.paced()) {}
   std::string name() const override { return "ring"; }
 
   void run(int rank, float* buf, size_t n) override {

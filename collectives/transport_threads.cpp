@@ -3,8 +3,8 @@
 // a receive reads the sender's published buffer directly with the receiver's comm_copy /
 // comm_reduce, a put is the sender's comm_copy into the receiver's published buffer; a fenced
 // step ends with the device-ordered barrier (CPU: one host barrier; other devices: comm_record,
-// host barrier, comm_wait_peer on every peer, host barrier). Devices on an emulated link get the
-// transport paced by it (link.h's with_link). Tested by tests/test_allreduce.cpp (every algorithm
+// host barrier, comm_wait_peer on every peer, host barrier). Given an enabled LinkSpec, the transport
+// is paced by it (link.h's with_link). Tested by tests/test_allreduce.cpp (every algorithm
 // runs over it) and tests/test_link.cpp (paced).
 #include <atomic>
 #include <cstring>
@@ -179,19 +179,16 @@ void direct_moves(Device& dev, std::span<float* const> bufs, int rank,
       dev.comm_copy(bufs[s.to] + s.put_off, bufs[rank] + s.off, s.len);
 }
 
-// Devices on an emulated link (with_link, link.h) share one fabric: the transport's steps are
-// paced there, at the seam the MPI transport is paced at too.
-std::unique_ptr<Transport> make_thread_transport(int k, std::vector<Device*> devices) {
-  std::shared_ptr<LinkFabric> fabric;
-  for (size_t r = 0; r < devices.size(); ++r) {
-    if (!devices[r]) continue;  // ThreadTransport names it
-    std::shared_ptr<LinkFabric> f = link_of(*devices[r]);
-    if (r == 0) fabric = f;
-    DPB_CHECK(f == fabric, "CommGroup: ranks 0 and " << r << " are not on the same emulated link ("
-                               << devices[0]->name() << ", " << devices[r]->name() << ")");
-  }
-  auto t = std::make_unique<ThreadTransport>(k, std::move(devices));
-  if (!fabric) return t;
+// On an emulated link the k ranks share one fabric: the transport's steps are paced there, at the
+// seam the MPI transport is paced at too.
+std::unique_ptr<Transport> make_thread_transport(int k, std::vector<Device*> devices,
+                                                 const LinkSpec& link) {
+  auto t = std::make_unique<ThreadTransport>(k, std::move(devices));  // checks the devices
+  if (!link.enabled()) return t;
+  DPB_CHECK(t->kind() == BackendKind::Cpu,
+            "the emulated link (--link-gbps / --link-latency-us) needs the CPU backend: a host "
+            "sleep cannot pace a GPU stream (device " << t->device(0).name() << ")");
+  auto fabric = std::make_shared<LinkFabric>(k, link);
   return with_link(std::move(t), std::move(fabric));
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # link_cli_test.sh BUILD_DIR: the emulated link and the projection on the command line: bad
 # values refused naming the option; `dpbench project` prints one JSON object, writes a profile
-# and reads it back; an emulated-link training run records its link in the CSV.
+# and reads it back; an emulated-link training run records its link in the CSV and names the
+# devices with it.
 set -u
 BIN="$1/dpbench"
 fails=0
@@ -35,9 +36,11 @@ grep -q '"epoch_s"' <<<"$out" && grep -q '"exposed_comm_s"' <<<"$out" || fail "p
     --grad-sync bucketed | grep -q '"compute_s"' || fail "project --profile"
 expect_fail "profiles lenet" project --model resnet18 --profile "$tmp/p.json"
 if [ -d /usr/share/datasets/fashion-mnist ]; then
-  "$BIN" train --devices 2 --batch 32 --epochs 1 --train-limit 64 --test-limit 16 --quiet \
+  out=$("$BIN" train --devices 2 --batch 32 --epochs 1 --train-limit 64 --test-limit 16 \
       --link-gbps 2 --link-latency-us 10 --grad-sync bucketed --bucket-mb 0.1 --overlap on \
-      --csv "$tmp/l.csv" || fail "emulated-link run"
+      --csv "$tmp/l.csv") || fail "emulated-link run"
+  # The summary names the ranks' devices with the link they are on.
+  grep -q "devices: cpu:0 .* + link 2 Gb/s, 10 us" <<<"$out" || fail "device name with the link: $out"
   /usr/bin/env python3 - "$tmp/l.csv" <<'PY' || fail "CSV link columns"
 import csv, sys
 r = list(csv.DictReader(open(sys.argv[1])))[-1]

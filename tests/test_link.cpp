@@ -2,7 +2,9 @@
 // the one pacing seam (book_step: the same schedule booked the same under threads and processes;
 // the paced transport's step), naive and ring all-reduces paced over the threads transport (exact
 // sums, the transfers each algorithm makes, and never finishing sooner than the link allows), the
-// registry's cost models, and the checks of the options. Timing is only checked as a lower bound (a paced
+// link living in the transport alone (CommGroup::paced, devices unpaced), the comm stream's clock
+// fed by GradSync with overlap (a late comm thread does not delay the link), the registry's cost
+// models, and the checks of the options. Timing is only checked as a lower bound (a paced
 // transfer must not complete early); no speed targets here.
 // Run: ./dpb_tests --gtest_filter='Link*'
 #include <gtest/gtest.h>
@@ -10,14 +12,17 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "collectives/allreduce.h"
+#include "collectives/grad_sync.h"
 #include "collectives/link.h"
 #include "collectives/tuning.h"
 #include "src/core/check.h"
+#include "src/core/forwarding_device.h"
 #include "tests/rank_threads.h"
 #include "kernels/cpu/cpu_device.h"
 
@@ -67,13 +72,12 @@ TEST(LinkFabric, StreamModeStartsAtTheIssueNotAtTheBooking) {
 void check_paced(const std::string& alg, int k, size_t n, const LinkSpec& spec, long want_transfers) {
   std::vector<std::unique_ptr<Device>> devs;
   for (int r = 0; r < k; ++r) devs.push_back(make_cpu_device(r, 1));
-  auto fabric = std::make_shared<LinkFabric>(k, spec);
-  for (auto& d : devs) d = with_link(std::move(d), fabric);
   std::vector<Device*> raw;
   for (auto& d : devs) raw.push_back(d.get());
-  EXPECT_TRUE(raw[0]->comm_paced());
-  EXPECT_NE(raw[0]->name().find("link"), std::string::npos) << raw[0]->name();
-  CommGroup group(k, raw);
+  // CommGroup(k, raw, spec) builds this; here the test keeps the fabric to count its transfers.
+  auto fabric = std::make_shared<LinkFabric>(k, spec);
+  CommGroup group(with_link(make_thread_transport(k, raw), fabric));
+  EXPECT_TRUE(group.paced());
   auto ar = make_allreduce(alg, group);
   std::vector<double> secs(k);
   on_ranks(k, [&](int r) {
@@ -98,7 +102,7 @@ void check_paced(const std::string& alg, int k, size_t n, const LinkSpec& spec, 
   EXPECT_GE(slowest, 0.999 * model) << alg << " k=" << k << " finished before the link allows";
 }
 
-TEST(LinkDevice, RingIsPacedAndExact) {
+TEST(LinkGroup, RingIsPacedAndExact) {
   const LinkSpec spec{1.0, 500.0};
   for (int k : {2, 3, 4}) check_paced("ring", k, 3001, spec, long(k) * 2 * (k - 1));
   // Large enough that the CPU ring would pipeline it: under a link it must not (one transfer per
@@ -106,33 +110,86 @@ TEST(LinkDevice, RingIsPacedAndExact) {
   check_paced("ring", 2, size_t(3) << 20, LinkSpec{400.0, 10.0}, 2 * 2);
 }
 
-TEST(LinkDevice, NaiveIsPacedAndExact) {
+TEST(LinkGroup, NaiveIsPacedAndExact) {
   const LinkSpec spec{1.0, 500.0};
   for (int k : {2, 3}) check_paced("naive", k, 1000, spec, 2 * (k - 1));
 }
 
-// The seam is the transport's step: a device on a link does its own comm ops unpaced (a copy
-// between two ranks' memory outside a step is not a link transfer).
-TEST(LinkDevice, DeviceCommOpsAreNotPacedOnlySteps) {
-  auto fabric = std::make_shared<LinkFabric>(2, LinkSpec{0.001, 1e6});  // would take 1 s and more
-  auto d0 = with_link(make_cpu_device(0, 1), fabric);
-  auto d1 = with_link(make_cpu_device(1, 1), fabric);
-  EXPECT_EQ(link_of(*d0), fabric);
-  auto plain = make_cpu_device(0, 1);
-  EXPECT_EQ(link_of(*plain), nullptr);
+// The link lives in the transport: a group given a LinkSpec is paced (one without, or with a
+// disabled one, is not), its devices are plain (their own comm ops are not link transfers) and
+// its steps are paced.
+TEST(LinkGroup, TheTransportCarriesTheLinkNotTheDevices) {
+  auto d0 = make_cpu_device(0, 1), d1 = make_cpu_device(1, 1);
+  EXPECT_FALSE(CommGroup(2, {d0.get(), d1.get()}).paced());
+  EXPECT_FALSE(CommGroup(2, {d0.get(), d1.get()}, LinkSpec{}).paced());
+  CommGroup group(2, {d0.get(), d1.get()}, LinkSpec{0, 30000.0});  // 30 ms a transfer
+  EXPECT_TRUE(group.paced());
+  EXPECT_EQ(&group.device(0), d0.get());
+  EXPECT_EQ(d0->name().find("link"), std::string::npos) << d0->name();
   Buffer a(*d0, 1000, "a"), b(*d1, 1000, "b");
-  const auto t0 = Clock::now();
+  auto t0 = Clock::now();
   d0->comm_copy(a.get(), b.get(), 1000);
   d0->comm_reduce(a.get(), b.get(), 1000);
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 0.5);
-  EXPECT_EQ(fabric->transfers(), 0);
-  // Ranks on different fabrics (or one on none) cannot form a group.
-  auto other = with_link(make_cpu_device(1, 1), std::make_shared<LinkFabric>(2, LinkSpec{1, 0}));
-  EXPECT_THROW(CommGroup(2, {d0.get(), other.get()}), Error);
-  EXPECT_THROW(CommGroup(2, {d0.get(), plain.get()}), Error);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 0.025);
+  auto ar = make_allreduce("ring", group);
+  t0 = Clock::now();
+  on_ranks(2, [&](int r) { ar->run(r, (r == 0 ? a : b).get(), 1000); });
+  EXPECT_GE(std::chrono::duration<double>(Clock::now() - t0).count(), 2 * 0.030);  // two steps
 }
 
-// A transport that records what the paced transport asks of it; is_local(r): r is in `local`.
+// A CPU device whose comm stream starts late: its host's comm thread waits `delay` before each
+// unit (a thread woken late on a busy CPU, exaggerated).
+class LateCommDevice final : public ForwardingDevice {
+ public:
+  LateCommDevice(std::unique_ptr<Device> in, std::chrono::milliseconds delay)
+      : ForwardingDevice(std::move(in)), delay_(delay) {}
+  void comm_wait_mark(int token) override {
+    std::this_thread::sleep_for(delay_);
+    in_->comm_wait_mark(token);
+  }
+
+ private:
+  std::chrono::milliseconds delay_;
+};
+
+// Two clocks (link.h): with overlap, GradSync tells the group's transport when backward made each
+// unit ready, so the link's comm stream starts then, not when the late comm thread books it.
+// Ring at k = 2: two steps of 50 ms; the comm threads wake 150 ms after the unit was ready. On the
+// stream clock the link's 100 ms passed while they slept (finish ~150 ms after grad_ready); on
+// the wall clock (no issue time reached the transport) it would take 150 + 100 ms.
+TEST(LinkClock, OverlapStartsTheLinkWhenBackwardMadeTheUnitReady) {
+  const int k = 2;
+  const std::vector<size_t> sizes = {1000};  // one parameter: one unit
+  std::vector<std::unique_ptr<Device>> devs;
+  std::vector<Device*> raw;
+  for (int r = 0; r < k; ++r)
+    devs.push_back(std::make_unique<LateCommDevice>(make_cpu_device(r, 1),
+                                                    std::chrono::milliseconds(150)));
+  for (auto& d : devs) raw.push_back(d.get());
+  auto fabric = std::make_shared<LinkFabric>(k, LinkSpec{0, 50000.0});  // 50 ms a transfer
+  CommGroup group(with_link(make_thread_transport(k, raw), fabric));
+  auto ar = make_allreduce("ring", group);
+  std::vector<double> secs(k);
+  on_ranks(k, [&](int r) {
+    Buffer grads(*raw[r], sizes[0], "grads");
+    GradSync sync(GradSyncConfig{SyncMode::Fused, /*overlap=*/true, 25.0}, sizes, *ar, *raw[r], r,
+                  grads.get());
+    group.barrier(r);
+    const auto t0 = Clock::now();
+    sync.grad_ready(0);  // backward made the unit ready: the comm thread takes it from here
+    sync.finish();
+    secs[r] = std::chrono::duration<double>(Clock::now() - t0).count();
+  });
+  EXPECT_EQ(fabric->transfers(), 2 * k);
+  for (int r = 0; r < k; ++r) {
+    EXPECT_GE(secs[r], 0.150) << "rank " << r;
+    EXPECT_LT(secs[r], 0.215) << "rank " << r << ": the link started when the comm thread woke, "
+                                                 "not when backward made the unit ready";
+  }
+}
+
+// A transport that records what the paced transport asks of it (ranks may call it at once: the
+// log is locked); is_local(r): r is in `local`.
 class ViewTransport final : public Transport {
  public:
   ViewTransport(int k, std::vector<int> local) : k_(k), local_(std::move(local)) {}
@@ -146,9 +203,13 @@ class ViewTransport final : public Transport {
   BackendKind kind() const override { return BackendKind::Cpu; }
   void begin(int, float*) override {}
   void step(int, std::span<const SendOp>, std::span<const RecvOp>, bool fence) override {
+    std::lock_guard<std::mutex> lk(mu_);
     log.push_back(fence ? "step+fence" : "step");
   }
-  void fence(int) override { log.push_back("fence"); }
+  void fence(int) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    log.push_back("fence");
+  }
   void barrier(int) override {}
   void broadcast_host(int, void*, size_t, int) override {}
   void allgather_host(int, const void*, void*, size_t) override {}
@@ -157,6 +218,7 @@ class ViewTransport final : public Transport {
   std::vector<std::string> log;
 
  private:
+  std::mutex mu_;
   int k_;
   std::vector<int> local_;
 };

@@ -170,10 +170,6 @@ class Device : public MemoryOwner {
   // complete when they return). Tokens are reused after 256 marks.
   virtual int compute_mark() { return -1; }
   virtual void comm_wait_mark(int token) { (void)token; }
-  // True when comm transfers between ranks are paced by an emulated link (collectives/link.h):
-  // every transfer then pays the link's latency, so algorithms should not cut messages into
-  // pieces for the caches' sake.
-  virtual bool comm_paced() const { return false; }
 
   // Another rank failed: host waits of this device (synchronize, download, ...) throw instead of
   // waiting for work that may never finish (e.g. a collective the failed rank never joined).

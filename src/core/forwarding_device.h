@@ -1,6 +1,6 @@
 // forwarding_device.h: a Device that forwards every call to an inner device, so that a wrapper
-// overrides only the calls it changes: the emulated link (collectives/link.cpp) and tests that
-// observe or inject failures (tests/test_train.cpp).
+// overrides only the calls it changes: tests that observe or inject failures (tests/test_train.cpp,
+// tests/test_mpi_staging.cpp, tests/test_allreduce.cpp).
 #pragma once
 #include <memory>
 #include <string>
@@ -93,7 +93,6 @@ class ForwardingDevice : public Device {
   void comm_synchronize() override { in_->comm_synchronize(); }
   int compute_mark() override { return in_->compute_mark(); }
   void comm_wait_mark(int token) override { in_->comm_wait_mark(token); }
-  bool comm_paced() const override { return in_->comm_paced(); }
   void cancel_waits(const std::string& why) override { in_->cancel_waits(why); }
   std::unique_ptr<StreamTimer> make_timer(StreamKind s) override { return in_->make_timer(s); }
 

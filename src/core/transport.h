@@ -27,6 +27,7 @@
 // one, except the sender of a put writing into the receiver's published buffer. (naive.cpp:
 // rank 0 sums the peers' buffers, then puts the sum into them: two barriers per call.)
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -99,6 +100,13 @@ class Transport {
   // Barrier polling (threads transport; see HostBarrier). Others: 0 and ignored.
   virtual long barrier_spin_ns() const { return 0; }
   virtual void set_barrier_spin_ns(long ns) { (void)ns; }
+
+  // The emulated link (collectives/link.h): a paced transport's steps take the link's time.
+  // issue(r, t): rank r's host issued the comm work that follows at t (the moment backward made
+  // the unit ready; link.h, "Two clocks"), so the link starts its transfers no earlier. Others:
+  // false and ignored.
+  virtual bool paced() const { return false; }
+  virtual void issue(int rank, std::chrono::steady_clock::time_point t) { (void)rank; (void)t; }
 };
 
 // A step's moves when every rank's published buffer is addressable here (bufs[r]): the receives

@@ -12,11 +12,11 @@
 namespace dpb {
 
 RankSet::RankSet(std::vector<std::unique_ptr<Device>> devices, const std::string& algorithm,
-                 const AllReduceOptions& opts)
+                 const AllReduceOptions& opts, const LinkSpec& link)
     : devs(std::move(devices)) {
   std::vector<Device*> ptrs;
   for (auto& d : devs) ptrs.push_back(d.get());
-  group = std::make_unique<CommGroup>(int(ptrs.size()), ptrs);
+  group = std::make_unique<CommGroup>(int(ptrs.size()), ptrs, link);
   allreduce = make_allreduce(algorithm, *group, opts);
 }
 

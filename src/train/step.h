@@ -34,10 +34,11 @@ constexpr int kPixels = 28 * 28;
 // the group before the devices. Whatever uses them (replicas, whose GradSync has a communication
 // thread) must be destroyed first: declare it after a RankSet.
 struct RankSet {
+  // link: the emulated link the transport paces its steps with (disabled: none), for threads and
+  // processes alike (collectives/link.h).
   RankSet(std::vector<std::unique_ptr<Device>> devices, const std::string& allreduce,
-          const AllReduceOptions& opts = {});
+          const AllReduceOptions& opts = {}, const LinkSpec& link = {});
   // Rank dev->rank() of `processes` processes, one rank each (MPI must be initialized).
-  // link: the emulated link the MPI transport paces its steps with (disabled: none).
   RankSet(std::unique_ptr<Device> dev, int processes, const std::string& allreduce,
           const AllReduceOptions& opts = {}, const LinkSpec& link = {});
   std::vector<std::unique_ptr<Device>> devs;  // the local ranks' devices

@@ -76,8 +76,7 @@ RankSet Run::make_ranks(const TrainConfig& cfg, const DeviceFactory& make_dev) {
   if (!make_dev) devs = make_devices(cfg.backend, cfg.devices, threads, cfg.tf32);
   else
     for (int r = 0; r < cfg.devices; ++r) devs.push_back(make_dev(r, threads));
-  attach_link(devs, cfg.link);  // no-op without an emulated link
-  return RankSet(std::move(devs), cfg.allreduce, opts);
+  return RankSet(std::move(devs), cfg.allreduce, opts, cfg.link);
 }
 
 // Sets up every local rank before any work, so configuration and memory errors surface here.
@@ -96,7 +95,10 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
     const int r = ranks_[i].rank();
     reps_.push_back(make_replica(ranks_[i], *ranks_.group, cfg.model, r == 0 ? eval_batch : shard_max, cfg.sync,
                                  *ranks_.allreduce));
-    result_.device_names.push_back(ranks_[i].name());
+    // Ranks as threads on an emulated link are named with it ("cpu:0 (...) + link 1 Gb/s, 50 us").
+    const bool link_named = ranks_.group->paced() && !cfg.procs.active();
+    result_.device_names.push_back(ranks_[i].name() +
+                                   (link_named ? " + link " + cfg.link.label() : ""));
   }
   const BackendEntry& backend = find_backend(cfg.backend);
   if (backend.physical_devices) {  // more ranks on this node than devices: they share them
