@@ -83,8 +83,9 @@ std::shared_ptr<ProcRig> make_proc_rig(const BenchConfig& cfg, const BackendEntr
   // Our schedules (the transport's steps) run on the group's memory (shared by the node's
   // processes: the direct path); a library's own collective (MPI_Allreduce, not link_paced) on
   // ordinary memory, as a user's gradients are.
-  g->buf = !find_allreduce(alg).link_paced ? Buffer(*g->dev, g->n, "all-reduce buffer")
-                                            : g->group->alloc(g->rank, g->n, "all-reduce buffer");
+  g->buf = !find_allreduce(alg).link_paced ? Buffer(*g->dev, g->n, MemCategory::Comm, "all-reduce buffer")
+                                            : g->group->alloc(g->rank, g->n, MemCategory::Comm,
+                                                              "all-reduce buffer");
   g->dev->fill(g->buf.get(), 0.0f, g->n);
   g->dev->synchronize();
   g->timer = make_rank_timer(*g->dev, TimedStream::Comm);

@@ -113,8 +113,8 @@ double run_timed_loop(benchmark::State& st, RankThreads& pool,
 CopyRig::CopyRig(const BackendEntry& b, int k, size_t bytes)
     : n_(bytes / sizeof(float)), t_(k, 0.0), devs_(make_devices(b.name, k, 1)), pool_(k) {
   for (int r = 0; r < k; ++r) {
-    src_.emplace_back(*devs_[r], n_, "membw source");
-    dst_.emplace_back(*devs_[r], n_, "membw destination");
+    src_.emplace_back(*devs_[r], n_, MemCategory::Temporaries, "membw source");
+    dst_.emplace_back(*devs_[r], n_, MemCategory::Temporaries, "membw destination");
     devs_[r]->fill(src_[r].get(), 1.0f, n_);  // touch every page: no shared zero page
     devs_[r]->fill(dst_[r].get(), 0.0f, n_);
     devs_[r]->synchronize();

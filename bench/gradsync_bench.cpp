@@ -101,7 +101,7 @@ std::shared_ptr<GsRig> make_gs_rig(const BackendEntry& b, const std::string& mod
   g->ar = make_allreduce("ring", *g->ds->group);
   for (int r = 0; r < k; ++r) {
     Device& dev = (*g->ds)[r];
-    g->grads.emplace_back(dev, g->P, "gradients");
+    g->grads.emplace_back(dev, g->P, MemCategory::Gradients, "gradients");
     dev.fill(g->grads[r].get(), 0.0f, g->P);
     dev.synchronize();  // CUDA: fill is on the compute stream
     g->syncs.push_back(std::make_unique<GradSync>(cfg, sizes, *g->ar, dev, r, g->grads[r].get()));

@@ -85,7 +85,9 @@ class CommGroup {
   // The steps of a collective (see transport.h): publish this rank's buffer, then steps.
   void begin(int rank, float* buf) { t_->begin(rank, buf); }
   // n floats for a buffer collectives will run on (see Transport::alloc): the gradients.
-  Buffer alloc(int rank, size_t n, const char* what) { return t_->alloc(rank, n, what); }
+  Buffer alloc(int rank, size_t n, MemCategory cat, const char* what) {
+    return t_->alloc(rank, n, cat, what);
+  }
   void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
             bool fence = true) {
     t_->step(rank, sends, recvs, fence);

@@ -150,7 +150,9 @@ class PacedTransport final : public Transport {
   bool is_local(int rank) const override { return in_->is_local(rank); }
   Device& device(int rank) const override { return in_->device(rank); }
   BackendKind kind() const override { return in_->kind(); }
-  Buffer alloc(int rank, size_t n, const char* what) override { return in_->alloc(rank, n, what); }
+  Buffer alloc(int rank, size_t n, MemCategory cat, const char* what) override {
+    return in_->alloc(rank, n, cat, what);
+  }
   void begin(int rank, float* buf) override { in_->begin(rank, buf); }
   void barrier(int rank) override { in_->barrier(rank); }
   void broadcast_host(int rank, void* data, size_t bytes, int root) override {

@@ -42,7 +42,7 @@ void check_allreduce(AllReduce& ar, CommGroup& group, size_t n, int rounds) {
     Device& dev = group.device(r);
     std::vector<float> host(n);
     for (size_t i = 0; i < n; ++i) host[i] = float((r + 1) * int(i % 7 + 1));
-    Buffer buf(dev, n, "test buffer");
+    Buffer buf(dev, n, MemCategory::Temporaries, "test buffer");
     dev.upload(buf.get(), host.data(), n);
     float scale = 1;
     for (int round = 0; round < rounds; ++round) {  // round 2 reduces the reduced buffers
@@ -369,7 +369,7 @@ TEST(AllReduce, FailureOnOneRankAbortsTheOthers) {
     auto ar = make_allreduce(algo, group);
     std::atomic<int> threw{0};
     on_ranks(k, [&](int r) {
-      Buffer buf(*raw[r], 1000, "b");
+      Buffer buf(*raw[r], 1000, MemCategory::Temporaries, "b");
       try {
         for (int i = 0; i < 3; ++i) ar->run(r, buf.get(), 1000);
       } catch (const Error& e) {

@@ -55,7 +55,7 @@ TEST(AsyncDevice, MissingWaitIsVisibleAndWaitsAreHonoured) {
   opt.delay_prob = 1.0;  // every op sleeps: the unordered copy nearly always runs first
   auto dev = make_async_device(0, opt);
   const size_t n = 1001;
-  Buffer src(*dev, n, "src"), dst(*dev, n, "dst");
+  Buffer src(*dev, n, MemCategory::Temporaries, "src"), dst(*dev, n, MemCategory::Temporaries, "dst");
   std::vector<float> ones(n, 1.0f), host(n);
   int wrong_without = 0;
   for (int trial = 0; trial < 8; ++trial) {
@@ -86,7 +86,7 @@ TEST(AsyncDevice, CrossStreamAndPeerWaits) {
   Device& a = *ranks.raw[0];
   Device& b = *ranks.raw[1];
   const size_t n = 333;
-  Buffer xa(a, n, "xa"), xb(b, n, "xb"), yb(b, n, "yb");
+  Buffer xa(a, n, MemCategory::Temporaries, "xa"), xb(b, n, MemCategory::Temporaries, "xb"), yb(b, n, MemCategory::Temporaries, "yb");
   std::vector<float> v(n), host(n);
   for (int trial = 0; trial < 4; ++trial) {
     for (size_t i = 0; i < n; ++i) v[i] = float(trial * 1000 + int(i));
@@ -107,7 +107,7 @@ TEST(AsyncDevice, CrossStreamAndPeerWaits) {
 TEST(AsyncDevice, ErrorsAreStickyAndNamed) {
   ASYNC_TRACE();
   auto dev = make_async_device(0, 1);
-  Buffer x(*dev, 4, "x");
+  Buffer x(*dev, 4, MemCategory::Temporaries, "x");
   ConvShape bad;  // zero-sized conv: the CPU kernel rejects it
   bad.n = 1; bad.c = 1; bad.h = 1; bad.w = 1; bad.k = 1; bad.r = 3; bad.s = 3;
   dev->conv2d_forward(bad, x.get(), x.get(), nullptr, x.get());
@@ -126,7 +126,7 @@ TEST(AsyncDevice, TimersMeasureStreamWork) {
   opt.delay_prob = 1.0;
   opt.max_delay_us = 4000;
   auto dev = make_async_device(0, opt);
-  Buffer x(*dev, 10, "x");
+  Buffer x(*dev, 10, MemCategory::Temporaries, "x");
   auto t = dev->make_timer(StreamKind::Comm);
   t->begin();
   for (int i = 0; i < 20; ++i) dev->comm_copy(x.get() + 5, x.get(), 5);
@@ -149,7 +149,7 @@ void check_allreduce(const std::string& algo, int k, size_t n, size_t piece) {
     Device& dev = *ranks.raw[r];
     std::vector<float> host(n);
     for (size_t i = 0; i < n; ++i) host[i] = float((r + 1) * int(i % 7 + 1));
-    Buffer buf(dev, n, "async test buffer");
+    Buffer buf(dev, n, MemCategory::Temporaries, "async test buffer");
     dev.upload(buf.get(), host.data(), n);
     dev.comm_wait_compute();  // the caller orders the buffer's producers before run()
     float scale = 1;
@@ -200,7 +200,7 @@ void check_sync(int k, const std::string& algo, SyncMode mode, bool overlap) {
   const int P = int(kLeNet.size());
   on_ranks(k, [&](int r) {
     Device& dev = *ranks.raw[r];
-    Buffer grads(dev, n, "grads"), src(dev, n, "grad source");
+    Buffer grads(dev, n, MemCategory::Temporaries, "grads"), src(dev, n, MemCategory::Temporaries, "grad source");
     GradSync sync(cfg, kLeNet, *ar, dev, r, grads.get());
     std::vector<float> host(n);
     for (int step = 0; step < 3; ++step) {

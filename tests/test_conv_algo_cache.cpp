@@ -83,7 +83,7 @@ void search_while_peer_enters_collective(int gpu_of_rank1) {
       chosen[1] = choose_conv_algo(cache, key(gpu, 64), false, find, use).algo;
       rank1_in_collective.raise();
     }
-    Buffer buf(*raw[r], 1000, "grads");
+    Buffer buf(*raw[r], 1000, MemCategory::Temporaries, "grads");
     std::vector<float> host(1000, float(r + 1));
     raw[r]->upload(buf.get(), host.data(), host.size());
     raw[r]->comm_wait_compute();  // the buffer's producers before the collective ...

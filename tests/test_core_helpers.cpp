@@ -40,20 +40,20 @@ class CountingDevice final : public ForwardingDevice {
 TEST(OwnedFloats, BufferAndHostBufferGiveBackOnceThroughMovesAndReset) {
   CountingDevice dev;
   {
-    Buffer a(dev, 10, "a");
+    Buffer a(dev, 10, MemCategory::Temporaries, "a");
     float* p = a.get();
     Buffer b(std::move(a));
     EXPECT_EQ(a.get(), nullptr);
     EXPECT_EQ(a.size(), 0u);
     EXPECT_EQ(b.get(), p);
     EXPECT_EQ(b.size(), 10u);
-    Buffer c(dev, 5, "c");
+    Buffer c(dev, 5, MemCategory::Temporaries, "c");
     c = std::move(b);  // c's own buffer is given back first
     EXPECT_EQ(dev.released, 1);
     EXPECT_EQ(c.get(), p);
     c.reset();
     EXPECT_EQ(dev.released, 2);
-    Buffer adopted(static_cast<MemoryOwner&>(dev), dev.alloc(3, "adopted"), 3);
+    Buffer adopted(static_cast<MemoryOwner&>(dev), dev.alloc(3, MemCategory::Temporaries, "adopted"), 3);
     EXPECT_EQ(adopted.size(), 3u);
   }
   EXPECT_EQ(dev.released, 3);

@@ -35,7 +35,7 @@ Vec rand_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
 struct Ctx {  // a device plus helpers to move vectors in and out
   std::unique_ptr<Device> dev;
   explicit Ctx(int threads = 1) : dev(make_cpu_device(0, threads)) {}
-  Buffer buf(size_t n) { return Buffer(*dev, n, "test"); }
+  Buffer buf(size_t n) { return Buffer(*dev, n, MemCategory::Temporaries, "test"); }
   Buffer up(const Vec& v) {
     Buffer b = buf(v.size());
     dev->upload(b.get(), v.data(), v.size());
@@ -432,13 +432,13 @@ TEST(CpuReference, SoftmaxXentLossGradAndAccuracy) {
 TEST(CpuReference, AllocIsZeroFilledAndAligned) {
   Ctx t(1);
   for (size_t n : {size_t(0), size_t(1), size_t(17), size_t(100000)}) {
-    Buffer b(*t.dev, n, "test");
+    Buffer b(*t.dev, n, MemCategory::Temporaries, "test");
     ASSERT_NE(b.get(), nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(b.get()) % 64, 0u);
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(b.get()[i], 0.0f) << i;  // the op table relies on it
   }
   try {
-    t.dev->alloc(size_t(1) << 60, "huge_activations");
+    t.dev->alloc(size_t(1) << 60, MemCategory::Temporaries, "huge_activations");
     FAIL() << "expected an allocation error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("huge_activations"), std::string::npos) << e.what();

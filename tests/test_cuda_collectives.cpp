@@ -60,7 +60,7 @@ void check_allreduce(AllReduce& ar, CommGroup& group, size_t n) {
   std::vector<Buffer> bufs(k);
   for (int r = 0; r < k; ++r) {
     Device& dev = group.device(r);
-    bufs[r] = Buffer(dev, n, "allreduce test buffer");
+    bufs[r] = Buffer(dev, n, MemCategory::Temporaries, "allreduce test buffer");
     std::vector<float> host(n);
     for (size_t i = 0; i < n; ++i) host[i] = float(r + 1) * float(i % 7 + 1);
     dev.upload(bufs[r].get(), host.data(), n);
@@ -166,8 +166,8 @@ TEST(CudaCollectives, ResultOrderedBeforeComputeAfterComputeWaitComm) {
     const size_t n = size_t(1) << 22;
     std::vector<Buffer> bufs(k), outs(k);
     for (int r = 0; r < k; ++r) {
-      bufs[r] = Buffer(group.device(r), n, "grad");
-      outs[r] = Buffer(group.device(r), n, "param");
+      bufs[r] = Buffer(group.device(r), n, MemCategory::Temporaries, "grad");
+      outs[r] = Buffer(group.device(r), n, MemCategory::Temporaries, "param");
     }
     on_ranks(k, [&](int r) {
       Device& dev = group.device(r);

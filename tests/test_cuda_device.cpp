@@ -53,7 +53,7 @@ void reduce_cases(Device& a, Device& b) {
                    std::to_string(os));
       Vec d = rand_vec(n + 4, 81), s = rand_vec(n + 4, 82), want = d;
       for (size_t i = 0; i < n; ++i) want[od + i] = d[od + i] + s[os + i];
-      Buffer bd(a, n + 4, "dst"), bs(b, n + 4, "src"), bc(a, n + 4, "copy");
+      Buffer bd(a, n + 4, MemCategory::Temporaries, "dst"), bs(b, n + 4, MemCategory::Temporaries, "src"), bc(a, n + 4, MemCategory::Temporaries, "copy");
       a.upload(bd.get(), d.data(), d.size());
       b.upload(bs.get(), s.data(), s.size());
       b.comm_wait_compute();  // b's upload is ordered on its compute stream
@@ -89,7 +89,7 @@ TEST(CudaDevice, StreamOrdering) {
   REQUIRE_GPU();
   auto d = make_cuda_device(0, 0, false);
   const size_t n = size_t(1) << 24;
-  Buffer x(*d, n, "x"), y(*d, n, "y");
+  Buffer x(*d, n, MemCategory::Temporaries, "x"), y(*d, n, MemCategory::Temporaries, "y");
   for (int rep = 0; rep < 3; ++rep) {
     d->fill(x.get(), 1.f + rep, n);
     d->fill(y.get(), 0.f, n);
@@ -111,7 +111,7 @@ TEST(CudaDevice, ErrorsNameTheProblem) {
   auto d = make_cuda_device(0, 0, false);
   EXPECT_NE(d->name().find("cuda:0"), std::string::npos) << d->name();
   try {
-    d->alloc(size_t(1) << 40, "giant activations");  // 4 TiB
+    d->alloc(size_t(1) << 40, MemCategory::Temporaries, "giant activations");  // 4 TiB
     ADD_FAILURE() << "alloc of 4 TiB did not throw";
   } catch (const Error& e) {
     std::string m = e.what();
@@ -119,7 +119,7 @@ TEST(CudaDevice, ErrorsNameTheProblem) {
     EXPECT_NE(m.find("MB"), std::string::npos) << m;
     EXPECT_NE(m.find("free"), std::string::npos) << m;
   }
-  Buffer ok(*d, 16, "after a failed alloc");  // the device still works
+  Buffer ok(*d, 16, MemCategory::Temporaries, "after a failed alloc");  // the device still works
   EXPECT_THROW(make_cuda_device(0, cuda_device_count() + 3, false), Error);
   const ConvShape bad{1, 1, 2, 2, 1, 5, 5, 0, 1};  // kernel larger than the input
   EXPECT_THROW(d->conv2d_forward(bad, ok.get(), ok.get(), ok.get(), ok.get()), Error);

@@ -107,7 +107,7 @@ void check_sync(int k, const std::string& algo, const GradSyncConfig& cfg, bool 
   const int P = int(kLeNet.size());
   on_ranks(k, [&](int r) {
     Device& dev = *raw[r];
-    Buffer grads(dev, n, "grads");
+    Buffer grads(dev, n, MemCategory::Temporaries, "grads");
     GradSync sync(cfg, kLeNet, *ar, dev, r, grads.get());
     std::vector<float> host(n);
     for (int step = 0; step < steps; ++step) {
@@ -169,7 +169,7 @@ TEST(GradSync, MisuseIsAnError) {
   auto dev = make_cpu_device(0, 1);
   CommGroup group(1, {dev.get()});
   auto ar = make_allreduce("ring", group);
-  Buffer grads(*dev, 129068, "grads");
+  Buffer grads(*dev, 129068, MemCategory::Temporaries, "grads");
   GradSync sync(config(SyncMode::Fused, false), kLeNet, *ar, *dev, 0, grads.get());
   EXPECT_THROW(sync.grad_ready(8), Error);
   EXPECT_THROW(sync.grad_ready(-1), Error);
@@ -204,7 +204,7 @@ class FailingAllReduce final : public AllReduce {
 TEST(GradSync, CommThreadErrorSurfacesFromFinish) {
   for (bool overlap : {true, false}) {
     auto dev = make_cpu_device(0, 1);
-    Buffer grads(*dev, 129068, "grads");
+    Buffer grads(*dev, 129068, MemCategory::Temporaries, "grads");
     FailingAllReduce ar(nullptr, 2);
     GradSync sync(config(SyncMode::PerParam, overlap), kLeNet, ar, *dev, 0, grads.get());
     for (int p = 7; p >= 0; --p) sync.grad_ready(p);
@@ -230,7 +230,7 @@ TEST(GradSync, FailureOnOneRankReachesEveryRank) {
   FailingAllReduce failing(ring.get(), 1);  // rank 1's second call fails before communicating
   std::atomic<int> threw{0};
   on_ranks(k, [&](int r) {
-    Buffer grads(*raw[r], 129068, "grads");
+    Buffer grads(*raw[r], 129068, MemCategory::Temporaries, "grads");
     AllReduce& ar = r == 1 ? static_cast<AllReduce&>(failing) : *ring;
     GradSync sync(config(SyncMode::PerParam, true), kLeNet, ar, *raw[r], r, grads.get());
     for (int p = 7; p >= 0; --p) sync.grad_ready(p);
@@ -251,7 +251,7 @@ TEST(GradSync, DestructorWithCommunicationInFlightDoesNotHang) {
   for (int r = 0; r < 2; ++r) devs.push_back(make_cpu_device(r, 1));
   CommGroup group(2, {devs[0].get(), devs[1].get()});
   auto ar = make_allreduce("ring", group);
-  Buffer grads(*devs[0], 129068, "grads");
+  Buffer grads(*devs[0], 129068, MemCategory::Temporaries, "grads");
   {
     GradSync sync(config(SyncMode::PerParam, true), kLeNet, *ar, *devs[0], 0, grads.get());
     for (int p = 7; p >= 0; --p) sync.grad_ready(p);

@@ -84,7 +84,7 @@ void check_paced(const std::string& alg, int k, size_t n, const LinkSpec& spec, 
     Device& dev = group.device(r);
     std::vector<float> host(n);
     for (size_t i = 0; i < n; ++i) host[i] = float((r + 1) * int(i % 7 + 1));
-    Buffer buf(dev, n, "link test buffer");
+    Buffer buf(dev, n, MemCategory::Temporaries, "link test buffer");
     dev.upload(buf.get(), host.data(), n);
     group.barrier(r);
     const auto t0 = Clock::now();
@@ -126,7 +126,7 @@ TEST(LinkGroup, TheTransportCarriesTheLinkNotTheDevices) {
   EXPECT_TRUE(group.paced());
   EXPECT_EQ(&group.device(0), d0.get());
   EXPECT_EQ(d0->name().find("link"), std::string::npos) << d0->name();
-  Buffer a(*d0, 1000, "a"), b(*d1, 1000, "b");
+  Buffer a(*d0, 1000, MemCategory::Temporaries, "a"), b(*d1, 1000, MemCategory::Temporaries, "b");
   auto t0 = Clock::now();
   d0->comm_copy(a.get(), b.get(), 1000);
   d0->comm_reduce(a.get(), b.get(), 1000);
@@ -171,7 +171,7 @@ TEST(LinkClock, OverlapStartsTheLinkWhenBackwardMadeTheUnitReady) {
   auto ar = make_allreduce("ring", group);
   std::vector<double> secs(k);
   on_ranks(k, [&](int r) {
-    Buffer grads(*raw[r], sizes[0], "grads");
+    Buffer grads(*raw[r], sizes[0], MemCategory::Temporaries, "grads");
     GradSync sync(GradSyncConfig{SyncMode::Fused, /*overlap=*/true, 25.0}, sizes, *ar, *raw[r], r,
                   grads.get());
     group.barrier(r);

@@ -32,16 +32,16 @@ struct Harness {
     for (const auto& p : model->params())  // non-trivial biases, gammas and betas
       if (p.init != Init::Normal001)
         for (size_t i = 0; i < p.size; ++i) hw[p.offset + i] += 0.1f * nd(rng);
-    w = Buffer(*dev, P, "w");
-    g = Buffer(*dev, P, "g");
+    w = Buffer(*dev, P, MemCategory::Temporaries, "w");
+    g = Buffer(*dev, P, MemCategory::Temporaries, "g");
     dev->upload(w.get(), hw.data(), P);
     std::vector<uint8_t> px(size_t(n) * 784), lb(n);
     for (auto& v : px) v = uint8_t(rng() % 256);
     for (auto& v : lb) v = uint8_t(rng() % 10);
-    x = Buffer(*dev, px.size(), "x");
-    y = Buffer(*dev, n, "y");
-    dlogits = Buffer(*dev, size_t(n) * 10, "dlogits");
-    stats = Buffer(*dev, 2, "stats");
+    x = Buffer(*dev, px.size(), MemCategory::Temporaries, "x");
+    y = Buffer(*dev, n, MemCategory::Temporaries, "y");
+    dlogits = Buffer(*dev, size_t(n) * 10, MemCategory::Temporaries, "dlogits");
+    stats = Buffer(*dev, 2, MemCategory::Temporaries, "stats");
     dev->load_images(x.get(), px.data(), px.size());
     dev->load_labels(y.get(), lb.data(), n);
   }

@@ -108,7 +108,7 @@ TEST(Tuning, AutoRunsTheChosenAlgorithmWithExactSums) {
       on_ranks(k, [&](int r) {
         std::vector<float> host(n);
         for (size_t i = 0; i < n; ++i) host[i] = float((r + 1) * int(i % 7 + 1));
-        Buffer buf(*raw[r], n, "buf");
+        Buffer buf(*raw[r], n, MemCategory::Temporaries, "buf");
         raw[r]->upload(buf.get(), host.data(), n);
         ar->run(r, buf.get(), n);
         raw[r]->download(host.data(), buf.get(), n);

@@ -129,13 +129,24 @@ class MpiTransport final : public Transport {
 
   // Over messages, collectives run on (parts of) these buffers: the staging is sized for the
   // largest here, at setup, so that no timed step allocates (a device synchronization on CUDA).
-  Buffer alloc(int rank, size_t n, const char* what) override {
+  // Arena memory is this rank's device memory too: charged to the device's ledger (so a capacity
+  // applies), given back by arena_owner_.
+  Buffer alloc(int rank, size_t n, MemCategory cat, const char* what) override {
     check(rank);
     if (!arena_) {
       reserve_staging(n);
-      return Buffer(dev_, n, what);
+      return Buffer(dev_, n, cat, what);
     }
-    return Buffer(*arena_, arena_->alloc(n, what), n);
+    dev_.memory().reserve(n * sizeof(float), cat, what);
+    float* p = nullptr;
+    try {
+      p = arena_->alloc(n, what);
+    } catch (...) {
+      dev_.memory().unreserve(n * sizeof(float), cat);
+      throw;
+    }
+    dev_.memory().track(p, n * sizeof(float), cat);
+    return Buffer(arena_owner_, p, n);
   }
 
   // Shared memory: every rank publishes where buf lies in its arena (-1: not in it); after a
@@ -378,7 +389,7 @@ class MpiTransport final : public Transport {
     if (!host_) {
       sstage_ = HostBuffer(dev_, n, "MPI send staging (host)");
       dstage_.reset();
-      dstage_ = Buffer(dev_, n, "MPI receive staging (device)");
+      dstage_ = Buffer(dev_, n, MemCategory::Comm, "MPI receive staging (device)");
     }
     staged_cap_ = n;
   }
@@ -444,6 +455,15 @@ class MpiTransport final : public Transport {
   // Direct path (setup_shm; arena_ null: off): this process's arena, the peers' mapped here,
   // every rank's arena base and pid, and this call's published buffers.
   std::unique_ptr<ShmArena> arena_;
+  // Gives arena buffers back to the arena and their bytes to the device's ledger.
+  struct ArenaOwner final : MemoryOwner {
+    MpiTransport* t;
+    explicit ArenaOwner(MpiTransport* tr) : t(tr) {}
+    void release(float* p) override {
+      t->dev_.memory().release(p);
+      t->arena_->release(p);
+    }
+  } arena_owner_{this};
   std::vector<std::unique_ptr<ShmMapping>> maps_;
   std::vector<char*> bases_;
   std::vector<pid_t> pids_;

@@ -64,6 +64,7 @@ AsyncDevice::AsyncDevice(int rank, const AsyncOptions& opt)
   os << "async:" << rank << " (cpu math, DPB_ASYNC_SEED=" << opt.seed << ", delays <= "
      << opt.max_delay_us << " us p=" << opt.delay_prob << (opt.poison ? ", NaN poison" : "") << ")";
   name_ = os.str();
+  cpu_->memory().set_device("async:" + std::to_string(rank));
   const uint64_t base = mix(opt.seed ^ mix(uint64_t(rank)));
   compute_ = std::make_shared<async::Stream>("async:" + std::to_string(rank) + " compute",
                                              mix(base), opt, error_, error_mu_);
@@ -90,10 +91,10 @@ void AsyncDevice::compute(std::function<void(Device&)> op, std::vector<Span> out
 
 // ---- memory: blocking where CudaDevice blocks ----
 
-float* AsyncDevice::alloc(size_t n, const char* what) {
+float* AsyncDevice::alloc(size_t n, MemCategory cat, const char* what) {
   check_error();
   compute_->drain();  // CUDA: zeroed on the compute stream, then synchronized
-  return cpu_->alloc(n, what);
+  return cpu_->alloc(n, cat, what);
 }
 
 void AsyncDevice::release(float* p) {

@@ -114,7 +114,8 @@ class AsyncDevice final : public Device {
   int rank() const override { return rank_; }
   std::string name() const override { return name_; }
 
-  float* alloc(size_t n, const char* what) override;
+  float* alloc(size_t n, MemCategory cat, const char* what) override;
+  MemoryLedger& memory() override { return cpu_->memory(); }  // the CPU device's buffers
   void release(float* p) override;
   void upload(float* dst, const float* host, size_t n) override;
   void download(float* host, const float* src, size_t n) override;

@@ -33,7 +33,7 @@ class Io {
     return p;
   }
   float* filled(size_t n, float value, size_t offset = 0) {
-    bufs_.emplace_back(d_, n + offset, "op case buffer");
+    bufs_.emplace_back(d_, n + offset, MemCategory::Temporaries, "op case buffer");
     float* p = bufs_.back().get() + offset;
     if (value != 0.f) d_.fill(p, value, n);
     return p;

@@ -133,7 +133,7 @@ OpCase alloc(unsigned flags = 0) {
   c.run = [](Device& d, const Inputs&) {
     Outputs o;
     for (size_t n : {size_t(1), size_t(17), size_t(100000), size_t(17)}) {
-      Buffer b(d, n, "op case alloc");
+      Buffer b(d, n, MemCategory::Temporaries, "op case alloc");
       d.synchronize();
       HostVec v(n);
       d.download(v.data(), b.get(), n);

@@ -11,13 +11,12 @@
 namespace dpb {
 namespace {
 
-using dnnl::memory;
-using tag = memory::format_tag;
-constexpr memory::data_type f32 = memory::data_type::f32;
+using tag = dnnl::memory::format_tag;
+constexpr dnnl::memory::data_type f32 = dnnl::memory::data_type::f32;
 
-cpu::ConvOperand make_operand(const dnnl::engine& eng, const memory::desc& user_md,
-                              const memory::desc& prim_md, bool input, cpu::ConvSlot slot) {
-  cpu::ConvOperand o{memory(user_md, eng, DNNL_MEMORY_NONE), std::nullopt, std::nullopt, slot};
+cpu::ConvOperand make_operand(const dnnl::engine& eng, const dnnl::memory::desc& user_md,
+                              const dnnl::memory::desc& prim_md, bool input, cpu::ConvSlot slot) {
+  cpu::ConvOperand o{dnnl::memory(user_md, eng, DNNL_MEMORY_NONE), std::nullopt, std::nullopt, slot};
   if (prim_md != user_md) {
     o.prim.emplace(prim_md, eng, static_cast<void*>(DNNL_MEMORY_NONE));
     if (input)
@@ -29,24 +28,24 @@ cpu::ConvOperand make_operand(const dnnl::engine& eng, const memory::desc& user_
 }
 
 // The layout the primitive uses for operand o.
-memory::desc prim_desc(const cpu::ConvOperand& o) {
+dnnl::memory::desc prim_desc(const cpu::ConvOperand& o) {
   return o.prim ? o.prim->get_desc() : o.user.get_desc();
 }
 
 }  // namespace
 
-memory& CpuDevice::conv_input(cpu::ConvOperand& o, const float* p) {
+dnnl::memory& CpuDevice::conv_input(cpu::ConvOperand& o, const float* p) {
   o.user.set_data_handle(const_cast<float*>(p));
   if (!o.prim) return o.user;
-  o.prim->set_data_handle(ws_[o.slot].get(o.prim->get_desc().get_size(), "conv workspace", rank_));
+  o.prim->set_data_handle(ws_[o.slot].get(o.prim->get_desc().get_size(), "conv workspace", ledger_));
   o.reorder->execute(strm_, o.user, *o.prim);
   return *o.prim;
 }
 
-memory& CpuDevice::conv_output(cpu::ConvOperand& o, float* p) {
+dnnl::memory& CpuDevice::conv_output(cpu::ConvOperand& o, float* p) {
   o.user.set_data_handle(p);
   if (!o.prim) return o.user;
-  o.prim->set_data_handle(ws_[o.slot].get(o.prim->get_desc().get_size(), "conv workspace", rank_));
+  o.prim->set_data_handle(ws_[o.slot].get(o.prim->get_desc().get_size(), "conv workspace", ledger_));
   return *o.prim;
 }
 
@@ -54,8 +53,8 @@ void CpuDevice::conv_finish(cpu::ConvOperand& o) {
   if (o.reorder) o.reorder->execute(strm_, *o.prim, o.user);
 }
 
-memory& CpuDevice::conv_scratch(memory& m) {
-  m.set_data_handle(ws_[cpu::kSlotScratch].get(m.get_desc().get_size(), "conv scratchpad", rank_));
+dnnl::memory& CpuDevice::conv_scratch(dnnl::memory& m) {
+  m.set_data_handle(ws_[cpu::kSlotScratch].get(m.get_desc().get_size(), "conv scratchpad", ledger_));
   return m;
 }
 
@@ -67,13 +66,13 @@ cpu::ConvPrims& CpuDevice::conv_prims(const ConvShape& s) {
                 s.oh() > 0 && s.ow() > 0,
             "cpu:" << rank_ << ": conv2d: invalid shape " << s);
   auto p = std::make_unique<cpu::ConvPrims>();
-  p->x_md = memory::desc({s.n, s.c, s.h, s.w}, f32, tag::nchw);
-  p->w_md = memory::desc({s.k, s.c, s.r, s.s}, f32, tag::oihw);
-  p->b_md = memory::desc({s.k}, f32, tag::x);
-  p->y_md = memory::desc({s.n, s.k, s.oh(), s.ow()}, f32, tag::nchw);
-  memory::desc xa({s.n, s.c, s.h, s.w}, f32, tag::any), wa({s.k, s.c, s.r, s.s}, f32, tag::any),
+  p->x_md = dnnl::memory::desc({s.n, s.c, s.h, s.w}, f32, tag::nchw);
+  p->w_md = dnnl::memory::desc({s.k, s.c, s.r, s.s}, f32, tag::oihw);
+  p->b_md = dnnl::memory::desc({s.k}, f32, tag::x);
+  p->y_md = dnnl::memory::desc({s.n, s.k, s.oh(), s.ow()}, f32, tag::nchw);
+  dnnl::memory::desc xa({s.n, s.c, s.h, s.w}, f32, tag::any), wa({s.k, s.c, s.r, s.s}, f32, tag::any),
       ya({s.n, s.k, s.oh(), s.ow()}, f32, tag::any);
-  const memory::dims strides{s.stride, s.stride}, pad{s.pad, s.pad};
+  const dnnl::memory::dims strides{s.stride, s.stride}, pad{s.pad, s.pad};
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   using dnnl::algorithm;
@@ -89,7 +88,7 @@ cpu::ConvPrims& CpuDevice::conv_prims(const ConvShape& s) {
   p->fwd_w = make_operand(eng_, p->w_md, fpd.weights_desc(), true, cpu::kSlotW);
   p->fwd_b = make_operand(eng_, p->b_md, fpd.bias_desc(), true, cpu::kSlotB);
   p->fwd_y = make_operand(eng_, p->y_md, fpd.dst_desc(), false, cpu::kSlotY);
-  p->fwd_scratch = memory(fpd.scratchpad_desc(), eng_, DNNL_MEMORY_NONE);
+  p->fwd_scratch = dnnl::memory(fpd.scratchpad_desc(), eng_, DNNL_MEMORY_NONE);
 
   dnnl::convolution_backward_weights::primitive_desc wpd(
       {algorithm::convolution_direct, xa, wa, p->b_md, ya, strides, pad, pad}, attr, eng_, fpd);
@@ -98,7 +97,7 @@ cpu::ConvPrims& CpuDevice::conv_prims(const ConvShape& s) {
   p->bw_dy = make_operand(eng_, p->y_md, wpd.diff_dst_desc(), true, cpu::kSlotY);
   p->bw_dw = make_operand(eng_, p->w_md, wpd.diff_weights_desc(), false, cpu::kSlotW);
   p->bw_db = make_operand(eng_, p->b_md, wpd.diff_bias_desc(), false, cpu::kSlotB);
-  p->bw_scratch = memory(wpd.scratchpad_desc(), eng_, DNNL_MEMORY_NONE);
+  p->bw_scratch = dnnl::memory(wpd.scratchpad_desc(), eng_, DNNL_MEMORY_NONE);
   // Backward-data is created on first use: the first layer never needs it.
   return *conv_cache_.emplace(key, std::move(p)).first->second;
 }
@@ -128,12 +127,12 @@ void CpuDevice::conv2d_backward(const ConvShape& s, const float* x, const float*
             "cpu:" << rank_ << ": conv2d_backward " << s << ": null buffer");
   try {
     cpu::ConvPrims& p = conv_prims(s);
-    const memory* dy_done = nullptr;  // dy already reordered into the Y slot by backward-data
+    const dnnl::memory* dy_done = nullptr;  // dy already reordered into the Y slot by backward-data
     if (dx) {
       if (!p.bwd_data) {
-        memory::desc xa({s.n, s.c, s.h, s.w}, f32, tag::any),
+        dnnl::memory::desc xa({s.n, s.c, s.h, s.w}, f32, tag::any),
             wa({s.k, s.c, s.r, s.s}, f32, tag::any), ya({s.n, s.k, s.oh(), s.ow()}, f32, tag::any);
-        const memory::dims strides{s.stride, s.stride}, pad{s.pad, s.pad};
+        const dnnl::memory::dims strides{s.stride, s.stride}, pad{s.pad, s.pad};
         dnnl::primitive_attr attr;
         attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
         dnnl::convolution_backward_data::primitive_desc pd(
@@ -143,9 +142,9 @@ void CpuDevice::conv2d_backward(const ConvShape& s, const float* x, const float*
         p.bd_w = make_operand(eng_, p.w_md, pd.weights_desc(), true, cpu::kSlotW);
         p.bd_dy = make_operand(eng_, p.y_md, pd.diff_dst_desc(), true, cpu::kSlotY);
         p.bd_dx = make_operand(eng_, p.x_md, pd.diff_src_desc(), false, cpu::kSlotX);
-        p.bd_scratch = memory(pd.scratchpad_desc(), eng_, DNNL_MEMORY_NONE);
+        p.bd_scratch = dnnl::memory(pd.scratchpad_desc(), eng_, DNNL_MEMORY_NONE);
       }
-      memory& dy_m = conv_input(p.bd_dy, dy);
+      dnnl::memory& dy_m = conv_input(p.bd_dy, dy);
       p.bwd_data->execute(strm_, {{DNNL_ARG_DIFF_DST, dy_m},
                                   {DNNL_ARG_WEIGHTS, conv_input(p.bd_w, w)},
                                   {DNNL_ARG_DIFF_SRC, conv_output(p.bd_dx, dx)},
@@ -153,7 +152,7 @@ void CpuDevice::conv2d_backward(const ConvShape& s, const float* x, const float*
       conv_finish(p.bd_dx);  // frees the X and W slots for backward-weights
       if (prim_desc(p.bd_dy) == prim_desc(p.bw_dy)) dy_done = &dy_m;
     }
-    const memory& dy_w = dy_done ? *dy_done : conv_input(p.bw_dy, dy);
+    const dnnl::memory& dy_w = dy_done ? *dy_done : conv_input(p.bw_dy, dy);
     p.bwd_weights->execute(strm_, {{DNNL_ARG_SRC, conv_input(p.bw_x, x)},
                                    {DNNL_ARG_DIFF_DST, dy_w},
                                    {DNNL_ARG_DIFF_WEIGHTS, conv_output(p.bw_dw, dw)},

@@ -29,16 +29,23 @@ std::ostream& operator<<(std::ostream& os, const BnShape& s) {
 
 namespace cpu {
 
-HostBuf::~HostBuf() { std::free(p_); }
+HostBuf::~HostBuf() {
+  std::free(p_);
+  if (ledger_) ledger_->unreserve(bytes_, MemCategory::Workspace);
+}
 
-void* HostBuf::get(size_t bytes, const char* what, int rank) {
+void* HostBuf::get(size_t bytes, const char* what, MemoryLedger& ledger) {
   if (bytes > bytes_) {
     const size_t want = (bytes + 4095) / 4096 * 4096;
     std::free(p_);
+    p_ = nullptr;
+    ledger.unreserve(bytes_, MemCategory::Workspace);
+    bytes_ = 0;
+    ledger.reserve(want, MemCategory::Workspace, what);  // throws past the capacity
+    ledger_ = &ledger;
     p_ = std::aligned_alloc(4096, want);
-    bytes_ = p_ ? want : 0;
-    DPB_CHECK(p_ != nullptr,
-              "cpu:" << rank << ": cannot allocate " << what << " (" << want << " bytes)");
+    if (!p_) ledger.fail(want, MemCategory::Workspace, what, "the host heap refused it");
+    bytes_ = want;
   }
   return p_;
 }
@@ -46,7 +53,8 @@ void* HostBuf::get(size_t bytes, const char* what, int rank) {
 }  // namespace cpu
 
 CpuDevice::CpuDevice(int rank, int threads)
-    : rank_(rank), threads_(threads), eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
+    : rank_(rank), threads_(threads), ledger_("cpu:" + std::to_string(rank)),
+      eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
   DPB_CHECK(threads >= 1, "cpu:" << rank << ": threads must be >= 1, got " << threads);
 }
 
@@ -68,20 +76,41 @@ void CpuDevice::enter() const {
 
 // ---- memory ----
 
-float* CpuDevice::alloc(size_t n, const char* what) {
+float* CpuDevice::alloc(size_t n, MemCategory cat, const char* what) {
   DPB_CHECK(n <= SIZE_MAX / sizeof(float) - 64, "cpu:" << rank_ << ": allocation of "
                                                        << (what ? what : "?") << " too large (" << n
                                                        << " floats)");
   size_t bytes = (n * sizeof(float) + 63) / 64 * 64;  // aligned_alloc wants a multiple of 64
   if (bytes == 0) bytes = 64;                         // distinct non-null pointer for n == 0
+  ledger_.reserve(bytes, cat, what);  // throws past the capacity (--device-mem)
   void* p = std::aligned_alloc(64, bytes);
-  DPB_CHECK(p != nullptr, "cpu:" << rank_ << ": cannot allocate " << (what ? what : "?") << " ("
-                                 << n << " floats, " << bytes << " bytes)");
+  if (!p) ledger_.fail(bytes, cat, what, "the host heap refused it");
   std::memset(p, 0, bytes);
+  ledger_.track(p, bytes, cat);
+  {
+    std::lock_guard<std::mutex> lk(heap_mu_);
+    heap_[p] = bytes;
+  }
   return static_cast<float*>(p);
 }
 
-void CpuDevice::release(float* p) { std::free(p); }
+void CpuDevice::release(float* p) {
+  if (!p) return;
+  ledger_.release(p);
+  {
+    std::lock_guard<std::mutex> lk(heap_mu_);
+    heap_.erase(p);
+  }
+  std::free(p);
+}
+
+size_t CpuDevice::heap_bytes() const {
+  size_t b = 0;
+  for (const cpu::HostBuf& w : ws_) b += w.bytes();
+  std::lock_guard<std::mutex> lk(heap_mu_);
+  for (const auto& [p, n] : heap_) b += n;
+  return b;
+}
 
 void CpuDevice::upload(float* dst, const float* host, size_t n) {
   if (n) std::memcpy(dst, host, n * sizeof(float));

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <ostream>
@@ -37,20 +38,22 @@ namespace cpu {
 // Loops shorter than this run on the calling thread only (an OpenMP fork costs a few µs).
 constexpr size_t kParallelMin = size_t(1) << 15;
 
-// A growable, 4 KiB-aligned host buffer (the conv workspaces and scratchpad). Contents are not
-// preserved when it grows.
+// A growable, 4 KiB-aligned host buffer (the conv workspaces and scratchpad), charged to the
+// device's ledger as workspace. Contents are not preserved when it grows.
 class HostBuf {
  public:
   HostBuf() = default;
   HostBuf(const HostBuf&) = delete;
   HostBuf& operator=(const HostBuf&) = delete;
   ~HostBuf();
-  void* get(size_t bytes, const char* what, int rank);  // at least `bytes`, grown as needed
+  // At least `bytes`, grown as needed (throws OutOfMemory past the ledger's capacity).
+  void* get(size_t bytes, const char* what, MemoryLedger& ledger);
   size_t bytes() const { return bytes_; }
 
  private:
   void* p_ = nullptr;
   size_t bytes_ = 0;
+  MemoryLedger* ledger_ = nullptr;  // the ledger bytes_ are charged to
 };
 
 // Device-wide workspaces shared by every conv shape (ops on a device are serial, so a blocked
@@ -97,8 +100,12 @@ class CpuDevice final : public Device {
   std::string name() const override;
   int threads() const { return threads_; }
 
-  float* alloc(size_t n, const char* what) override;
+  float* alloc(size_t n, MemCategory cat, const char* what) override;
   void release(float* p) override;
+  MemoryLedger& memory() override { return ledger_; }
+  // Bytes this device holds from the heap (its buffers and workspaces), counted apart from the
+  // ledger: tests check that the ledger misses none of them.
+  size_t heap_bytes() const;
   void upload(float* dst, const float* host, size_t n) override;
   void download(float* host, const float* src, size_t n) override;
   void fill(float* dst, float value, size_t n) override;
@@ -153,6 +160,10 @@ class CpuDevice final : public Device {
 
   int rank_;
   int threads_;
+  // Declared before the buffers that charge it (the workspaces give their bytes back to it).
+  MemoryLedger ledger_;
+  mutable std::mutex heap_mu_;
+  std::map<const void*, size_t> heap_;  // alloc()'s live buffers and their sizes
   dnnl::engine eng_;
   dnnl::stream strm_;
   std::map<cpu::ConvKey, std::unique_ptr<cpu::ConvPrims>> conv_cache_;

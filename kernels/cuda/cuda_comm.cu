@@ -48,11 +48,11 @@ bool CudaDevice::accessible(const void* p) const {
 float* CudaDevice::comm_scratch(size_t n) {
   if (n > scratch_n_) {
     wait_stream(comm_, "growing the comm staging buffer");  // the old one may still be in use
-    if (scratch_) CUDA_CHECK(cudaFree(scratch_));
+    dev_free_charged(scratch_, scratch_n_ * sizeof(float), MemCategory::Comm);
     scratch_ = nullptr;
     scratch_n_ = 0;
-    cudaError_t e = cudaMalloc(&scratch_, n * sizeof(float));
-    if (e != cudaSuccess) fail_cuda_alloc(e, "comm staging buffer (no peer access)", n * 4, gpu_);
+    scratch_ = static_cast<float*>(
+        dev_malloc(n * sizeof(float), MemCategory::Comm, "comm staging buffer (no peer access)"));
     scratch_n_ = n;
   }
   return scratch_;

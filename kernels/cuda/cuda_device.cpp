@@ -82,6 +82,7 @@ CudaDevice::CudaDevice(int rank, int gpu, bool tf32) : rank_(rank), gpu_(gpu), t
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu));
     name_ = "cuda:" + std::to_string(gpu) + " " + prop.name + (tf32 ? " (tf32)" : "");
+    ledger_.set_device(name_);
     peer_ok_.assign(count, false);
     peer_ok_[gpu] = true;
     for (int g = 0; g < count; ++g) {
@@ -165,22 +166,47 @@ void CudaDevice::bind() const { CUDA_CHECK(cudaSetDevice(gpu_)); }
 
 // ---- memory ----
 
-float* CudaDevice::alloc(size_t n, const char* what) {
+void* CudaDevice::dev_malloc(size_t bytes, MemCategory cat, const char* what) {
+  ledger_.reserve(bytes, cat, what);  // throws past --device-mem
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
+    ledger_.fail(bytes, cat, what,
+                 std::string(cudaGetErrorString(e)) + " (" + format_mem_bytes(free_b) + " free of " +
+                     format_mem_bytes(total_b) + ")");
+  }
+  if (e != cudaSuccess) {
+    ledger_.unreserve(bytes, cat);
+    fail_cuda_alloc(e, what, bytes, gpu_);
+  }
+  return p;
+}
+
+void CudaDevice::dev_free_charged(void* p, size_t bytes, MemCategory cat) {
+  if (!p) return;
+  ledger_.unreserve(bytes, cat);
+  CUDA_CHECK(cudaFree(p));
+}
+
+float* CudaDevice::alloc(size_t n, MemCategory cat, const char* what) {
   bind();
   DPB_CHECK(n <= std::numeric_limits<size_t>::max() / sizeof(float),
             "cannot allocate " << what << ": " << n << " floats overflows size_t");
   size_t bytes = (n ? n : 1) * sizeof(float);  // a distinct non-null pointer even for n == 0
-  float* p = nullptr;
-  cudaError_t e = cudaMalloc(&p, bytes);
-  if (e != cudaSuccess) fail_cuda_alloc(e, what, bytes, gpu_);
+  float* p = static_cast<float*>(dev_malloc(bytes, cat, what));
   // Zero on the compute stream and wait, so the comm stream (and peers) also see zeros.
   try {
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, compute_));
     wait_stream(compute_, "alloc");
   } catch (...) {
+    ledger_.unreserve(bytes, cat);
     (void)cudaFree(p);
     throw;
   }
+  ledger_.track(p, bytes, cat);
   track_cuda_alloc(p, bytes, gpu_);
   return p;
 }
@@ -218,6 +244,7 @@ void CudaDevice::release(float* p) {
   cudaError_t e = cudaSetDevice(gpu_);
   if (!streams_idle_for_free("release", "buffer", true)) return;
   untrack_cuda_alloc(p);
+  ledger_.release(p);
   if (e == cudaSuccess) e = cudaFree(p);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
@@ -291,11 +318,10 @@ void CudaDevice::copy(float* dst, const float* src, size_t n) {
 void* CudaDevice::workspace(size_t bytes) {
   if (bytes > ws_bytes_) {
     wait_stream(compute_, "growing the cuDNN workspace");  // the old one may still be in use
-    if (ws_) CUDA_CHECK(cudaFree(ws_));
+    dev_free_charged(ws_, ws_bytes_, MemCategory::Workspace);
     ws_ = nullptr;
     ws_bytes_ = 0;
-    cudaError_t e = cudaMalloc(&ws_, bytes);
-    if (e != cudaSuccess) fail_cuda_alloc(e, "cuDNN workspace", bytes, gpu_);
+    ws_ = dev_malloc(bytes, MemCategory::Workspace, "cuDNN workspace");
     ws_bytes_ = bytes;
   }
   return ws_;
@@ -312,13 +338,12 @@ const uint8_t* CudaDevice::stage_bytes(const uint8_t* host, size_t n) {
   if (n > st.bytes) {
     wait_stream(compute_, "data loading");  // kernels may still read the old device buffer
     if (st.pinned) CUDA_CHECK(cudaFreeHost(st.pinned));
-    if (st.dev) CUDA_CHECK(cudaFree(st.dev));
+    dev_free_charged(st.dev, st.bytes, MemCategory::Data);
     st.pinned = st.dev = nullptr;
     st.bytes = 0;
     cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&st.pinned), n, cudaHostAllocDefault);
     if (e != cudaSuccess) fail_cuda_alloc(e, "pinned host staging for data loading", n, gpu_);
-    e = cudaMalloc(reinterpret_cast<void**>(&st.dev), n);
-    if (e != cudaSuccess) fail_cuda_alloc(e, "device staging for data loading", n, gpu_);
+    st.dev = static_cast<uint8_t*>(dev_malloc(n, MemCategory::Data, "device staging for data loading"));
     st.bytes = n;
   }
   std::memcpy(st.pinned, host, n);

@@ -80,8 +80,9 @@ class CudaDevice final : public Device {
   // may then be freed. The backend itself knows no such library.
   void set_async_error_probe(std::function<std::string()> probe);
 
-  float* alloc(size_t n, const char* what) override;
+  float* alloc(size_t n, MemCategory cat, const char* what) override;
   void release(float* p) override;
+  MemoryLedger& memory() override { return ledger_; }
   void upload(float* dst, const float* host, size_t n) override;
   void download(float* host, const float* src, size_t n) override;
   void fill(float* dst, float value, size_t n) override;
@@ -181,6 +182,11 @@ class CudaDevice final : public Device {
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   std::map<ConvKey, CudnnConvPlan> conv_plans_;
+  // Every cudaMalloc of this device: charged to ledger_ first (OutOfMemory past its capacity), and
+  // a cudaErrorMemoryAllocation is an OutOfMemory too. dev_free_charged gives the bytes back.
+  void* dev_malloc(size_t bytes, MemCategory cat, const char* what);
+  void dev_free_charged(void* p, size_t bytes, MemCategory cat);
+  MemoryLedger ledger_;
   void* ws_ = nullptr;
   size_t ws_bytes_ = 0;
   // Data loading stages host bytes through a ring of pinned + device buffers, so that the host

@@ -21,6 +21,7 @@
 #include "src/core/check.h"
 #include "src/core/registry.h"
 #include "src/core/files.h"
+#include "src/core/memory.h"
 #include "src/core/launcher.h"
 #include "kernels/machine_info.h"
 #include "src/data/dataset.h"
@@ -110,6 +111,13 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
   if (!quiet)
     std::printf("final test acc %.4f, best %.4f; devices: %s%s\n", res.epochs.back().test_acc,
                 best, res.device_names[0].c_str(), res.device_names.size() > 1 ? ", ..." : "");
+  // Peak device memory, one line per local rank: the total and its categories at that peak.
+  if (!quiet)
+    for (size_t i = 0; i < res.peak_mem.size(); ++i)
+      std::printf("peak memory rank %zu: %s (%s)%s\n", cfg.procs.active() ? size_t(cfg.procs.rank) : i,
+                  format_mem_bytes(res.peak_mem[i].total()).c_str(),
+                  res.peak_mem[i].breakdown().c_str(),
+                  cfg.device_mem ? (" of " + format_mem_bytes(cfg.device_mem)).c_str() : "");
   for (const auto& s : res.epochs)
     if (!s.replicas_in_sync) {
       std::fprintf(stderr, "dpbench: replicas diverged in epoch %d (max |diff| %g)\n", s.epoch,
@@ -178,7 +186,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       std::vector<std::string>{"model", "backend", "devices", "batch", "lr", "epochs",
                                "warmup-epochs", "allreduce", "tune-file", "grad-sync", "overlap",
                                "bucket-mb", "seed", "threads", "link-gbps", "link-latency-us",
-                               "tf32", "train-limit", "test-limit", "data-dir"});
+                               "tf32", "device-mem", "train-limit", "test-limit", "data-dir"});
   tr->add_option("--csv", a.csv,
                  "append one row per epoch to this CSV as each epoch ends (header written once)");
   tr->add_option("--dump-params", a.dump,
@@ -202,6 +210,10 @@ int train_main(TrainArgs& t) {
     }
     return run_train(t.cfg, t.run->text("data-dir"), t.run->int_value("train-limit", 0),
                      t.run->int_value("test-limit", 0), t.csv, t.dump, t.quiet);
+  } catch (const OutOfMemory& e) {  // emulated (--device-mem) or real: exit 3, one message
+    if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), e.what());  // ends every process
+    std::fprintf(stderr, "dpbench: %s\n", e.what());
+    return 3;
   } catch (const std::exception& e) {
     if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), e.what());  // ends every process
     if (env.processes)

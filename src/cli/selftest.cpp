@@ -131,7 +131,7 @@ void allreduce_check(const std::string& algo, std::vector<std::unique_ptr<Device
   }
   std::vector<Buffer> bufs(ranks);
   for (int r = 0; r < ranks; ++r) {
-    bufs[r] = Buffer(*devs[r], n, "selftest all-reduce buffer");
+    bufs[r] = Buffer(*devs[r], n, MemCategory::Comm, "selftest all-reduce buffer");
     std::vector<float> host(n);
     for (size_t i = 0; i < n; ++i) host[i] = float(r + 1) * float(i % 7 + 1);
     devs[r]->upload(bufs[r].get(), host.data(), n);

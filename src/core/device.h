@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "src/core/memory.h"
+
 namespace dpb {
 
 enum class BackendKind { Cpu, Cuda, Async };
@@ -91,8 +93,12 @@ class Device : public MemoryOwner {
   virtual std::string name() const = 0;  // e.g. "cpu:0 (1 thread)" or "cuda:0 NVIDIA H100"
 
   // ---- memory (all sizes in floats) ----
-  virtual float* alloc(size_t n, const char* what) = 0;  // zero-filled; throws naming `what`
+  // Zero-filled; charged to `cat` in memory(). Throws naming `what`: OutOfMemory (memory.h) when
+  // it does not fit the ledger's capacity or the device.
+  virtual float* alloc(size_t n, MemCategory cat, const char* what) = 0;
   virtual void release(float* p) = 0;
+  // This device's accounting: every byte alloc() and the backend's own workspaces hold.
+  virtual MemoryLedger& memory() = 0;
   virtual void upload(float* dst, const float* host, size_t n) = 0;    // host -> device, sync
   virtual void download(float* host, const float* src, size_t n) = 0;  // device -> host, sync
   virtual void fill(float* dst, float value, size_t n) = 0;
@@ -213,7 +219,8 @@ class OwnedFloats {
 class Buffer : public OwnedFloats<MemoryOwner, &MemoryOwner::release> {
  public:
   Buffer() = default;
-  Buffer(Device& dev, size_t n, const char* what) : OwnedFloats(dev, dev.alloc(n, what), n) {}
+  Buffer(Device& dev, size_t n, MemCategory cat, const char* what)
+      : OwnedFloats(dev, dev.alloc(n, cat, what), n) {}
   Buffer(MemoryOwner& owner, float* p, size_t n) : OwnedFloats(owner, p, n) {}
 };
 

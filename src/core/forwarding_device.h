@@ -16,7 +16,8 @@ class ForwardingDevice : public Device {
   BackendKind kind() const override { return in_->kind(); }
   int rank() const override { return in_->rank(); }
   std::string name() const override { return in_->name(); }
-  float* alloc(size_t n, const char* w) override { return in_->alloc(n, w); }
+  float* alloc(size_t n, MemCategory c, const char* w) override { return in_->alloc(n, c, w); }
+  MemoryLedger& memory() override { return in_->memory(); }
   void release(float* p) override { in_->release(p); }
   void upload(float* d, const float* h, size_t n) override { in_->upload(d, h, n); }
   void download(float* h, const float* s, size_t n) override { in_->download(h, s, n); }

@@ -73,8 +73,8 @@ class Transport {
   // Memory for a buffer that collectives will run on (begin): n zero-filled floats for rank's
   // device, freed by the Buffer. The MPI transport gives the ranks of one node memory they all
   // map, so that its steps move data in place (mpi.h); any other buffer works too, over messages.
-  virtual Buffer alloc(int rank, size_t n, const char* what) {
-    return Buffer(device(rank), n, what);
+  virtual Buffer alloc(int rank, size_t n, MemCategory cat, const char* what) {
+    return Buffer(device(rank), n, cat, what);
   }
   // Publishes buf (n floats are sent from it later) and, for the threads transport, waits for
   // every rank to have published.

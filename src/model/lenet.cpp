@@ -19,15 +19,15 @@ class LeNet final : public Model {
     f2w_ = table_.add("fc2.weight", {128, 10}, Init::Normal001);
     f2b_ = table_.add("fc2.bias", {10}, Init::Zero);
     auto c1 = conv1(B), c2 = conv2(B);
-    a1_ = Buffer(dev, c1.y_size(), "lenet conv1 output");
-    p1_ = Buffer(dev, pool1(B).y_size(), "lenet pool1 output");
-    a2_ = Buffer(dev, c2.y_size(), "lenet conv2 output");
-    p2_ = Buffer(dev, pool2(B).y_size(), "lenet pool2 output");
-    a3_ = Buffer(dev, size_t(B) * 128, "lenet fc1 output");
-    logits_ = Buffer(dev, size_t(B) * 10, "lenet logits");
-    d1_ = Buffer(dev, c1.y_size(), "lenet grad buffer 1");
-    d2_ = Buffer(dev, c1.y_size(), "lenet grad buffer 2");  // also holds pool1 backward
-    dp_ = Buffer(dev, pool1(B).y_size(), "lenet grad buffer 3");
+    a1_ = Buffer(dev, c1.y_size(), MemCategory::Activations, "lenet conv1 output");
+    p1_ = Buffer(dev, pool1(B).y_size(), MemCategory::Activations, "lenet pool1 output");
+    a2_ = Buffer(dev, c2.y_size(), MemCategory::Activations, "lenet conv2 output");
+    p2_ = Buffer(dev, pool2(B).y_size(), MemCategory::Activations, "lenet pool2 output");
+    a3_ = Buffer(dev, size_t(B) * 128, MemCategory::Activations, "lenet fc1 output");
+    logits_ = Buffer(dev, size_t(B) * 10, MemCategory::Activations, "lenet logits");
+    d1_ = Buffer(dev, c1.y_size(), MemCategory::Temporaries, "lenet grad buffer 1");
+    d2_ = Buffer(dev, c1.y_size(), MemCategory::Temporaries, "lenet grad buffer 2");  // also holds pool1 backward
+    dp_ = Buffer(dev, pool1(B).y_size(), MemCategory::Temporaries, "lenet grad buffer 3");
   }
   std::string name() const override { return "lenet"; }
 

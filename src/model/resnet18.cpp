@@ -51,11 +51,11 @@ class ResNet18 final : public Model {
         blk->bn2 = bn(p + "bn2", cout, blk->hout * blk->hout);
         if (proj) blk->c3 = conv(p + "conv3", cin, cout, 1, 0, stride, h);
         size_t act = size_t(B) * cout * blk->hout * blk->hout;
-        blk->c1out = Buffer(dev, act, "resnet18 block conv1 output");
-        blk->r1 = Buffer(dev, act, "resnet18 block bn1/relu output");
-        blk->c2out = Buffer(dev, act, "resnet18 block conv2 output");
-        blk->out = Buffer(dev, act, "resnet18 block output");
-        if (proj) blk->s = Buffer(dev, act, "resnet18 block projection output");
+        blk->c1out = Buffer(dev, act, MemCategory::Activations, "resnet18 block conv1 output");
+        blk->r1 = Buffer(dev, act, MemCategory::Activations, "resnet18 block bn1/relu output");
+        blk->c2out = Buffer(dev, act, MemCategory::Activations, "resnet18 block conv2 output");
+        blk->out = Buffer(dev, act, MemCategory::Activations, "resnet18 block output");
+        if (proj) blk->s = Buffer(dev, act, MemCategory::Activations, "resnet18 block projection output");
         cin = cout;
         h = blk->hout;
         blocks_.push_back(std::move(blk));
@@ -65,12 +65,12 @@ class ResNet18 final : public Model {
     fcw_ = table_.add("fc.weight", {512, 10}, Init::Normal001);
     fcb_ = table_.add("fc.bias", {10}, Init::Zero);
     size_t big = size_t(B) * 64 * 28 * 28;
-    stem_out_ = Buffer(dev, big, "resnet18 stem conv output");
-    stem_act_ = Buffer(dev, big, "resnet18 stem bn/relu output");
-    for (auto& s : scratch_) s = Buffer(dev, big, "resnet18 gradient scratch");
-    gap_ = Buffer(dev, size_t(B) * 512, "resnet18 pooled features");
-    logits_ = Buffer(dev, size_t(B) * 10, "resnet18 logits");
-    dgap_ = Buffer(dev, size_t(B) * 512, "resnet18 pooled features gradient");
+    stem_out_ = Buffer(dev, big, MemCategory::Activations, "resnet18 stem conv output");
+    stem_act_ = Buffer(dev, big, MemCategory::Activations, "resnet18 stem bn/relu output");
+    for (auto& s : scratch_) s = Buffer(dev, big, MemCategory::Temporaries, "resnet18 gradient scratch");
+    gap_ = Buffer(dev, size_t(B) * 512, MemCategory::Activations, "resnet18 pooled features");
+    logits_ = Buffer(dev, size_t(B) * 10, MemCategory::Activations, "resnet18 logits");
+    dgap_ = Buffer(dev, size_t(B) * 512, MemCategory::Temporaries, "resnet18 pooled features gradient");
   }
   std::string name() const override { return "resnet18"; }
 
@@ -154,11 +154,11 @@ class ResNet18 final : public Model {
     b.gamma = table_.add(name + ".weight", {c}, Init::One);
     b.beta = table_.add(name + ".bias", {c}, Init::Zero);
     b.c = c, b.hw = hw;
-    b.rmean = Buffer(dev_, c, "batchnorm running mean");
-    b.rvar = Buffer(dev_, c, "batchnorm running var");
+    b.rmean = Buffer(dev_, c, MemCategory::Parameters, "batchnorm running mean");
+    b.rvar = Buffer(dev_, c, MemCategory::Parameters, "batchnorm running var");
     dev_.fill(b.rvar.get(), 1.0f, c);
-    b.smean = Buffer(dev_, c, "batchnorm saved mean");
-    b.sinv = Buffer(dev_, c, "batchnorm saved inverse std");
+    b.smean = Buffer(dev_, c, MemCategory::Activations, "batchnorm saved mean");
+    b.sinv = Buffer(dev_, c, MemCategory::Activations, "batchnorm saved inverse std");
     return b;
   }
   void conv_fwd(const Conv& c, const float* w, const float* x, int n, float* y) {

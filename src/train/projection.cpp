@@ -56,9 +56,12 @@ RawSteps measure_one(const std::string& model, const BackendEntry& backend, int 
   auto dev = make_device(backend, rank, DeviceOptions{threads, false, /*gpu=*/0});
   auto net = make_model(model, *dev, batch);
   const size_t P = net->num_floats();
-  Buffer w(*dev, P, "profile parameters"), g(*dev, P, "profile gradients");
-  Buffer x(*dev, size_t(batch) * kPixels, "profile images"), y(*dev, size_t(batch), "profile labels");
-  Buffer dl(*dev, size_t(batch) * kClasses, "profile logits gradient"), st(*dev, 2, "profile stats");
+  Buffer w(*dev, P, MemCategory::Parameters, "profile parameters");
+  Buffer g(*dev, P, MemCategory::Gradients, "profile gradients");
+  Buffer x(*dev, size_t(batch) * kPixels, MemCategory::Data, "profile images");
+  Buffer y(*dev, size_t(batch), MemCategory::Data, "profile labels");
+  Buffer dl(*dev, size_t(batch) * kClasses, MemCategory::Temporaries, "profile logits gradient");
+  Buffer st(*dev, 2, MemCategory::Temporaries, "profile stats");
   const std::vector<float> init = init_params(model_param_layout(model), 0);
   dev->upload(w.get(), init.data(), P);
   std::vector<uint8_t> img(size_t(batch) * kPixels), lab(batch);

@@ -10,6 +10,7 @@
 #include "collectives/tuning.h"
 #include "kernels/backends.h"
 #include "src/core/check.h"
+#include "src/core/memory.h"
 #include "src/core/registry.h"
 #include "src/model/model.h"
 
@@ -194,6 +195,21 @@ std::vector<RunOption> make_table() {
        [](const C& c) { return fmt(c.link.latency_us); }},
       {"tf32", "", false, "", "allow TF32 tensor-core math (CUDA backend)", any_text,
        [](C& c, const std::string&) { c.tf32 = true; }, nullptr},
+      {"device-mem", "", false, "SIZE",
+       "each device's memory capacity, e.g. 24GiB, 80GB, 512MiB (KB/MB/GB: powers of 1000, "
+       "KiB/MiB/GiB: of 1024); an allocation past it fails as on a device of that size (exit 3). "
+       "0: the device's own memory",
+       [](const std::string& t) {
+         size_t b = 0;
+         return t == "0" || parse_bytes(t, b)
+                    ? std::string()
+                    : "expected a size such as 24GiB, 80GB, 512MiB or a byte count, got '" + t + "'";
+       },
+       [](C& c, const std::string& t) {
+         size_t b = 0;
+         c.device_mem = t != "0" && parse_bytes(t, b) ? b : 0;
+       },
+       [](const C& c) { return std::to_string(c.device_mem); }},
       {"train-limit", "", false, "N", "use only the first N training examples (0: all)",
        [](const std::string& t) { return int_in(t, 0, 1 << 30); }, nullptr, nullptr},
       {"test-limit", "", false, "N", "use only the first N test examples (0: all)",

@@ -40,12 +40,12 @@ Replica make_replica(Device& dev, CommGroup& group, const std::string& model, in
   rep.model = make_model(model, dev, max_batch);
   const size_t P = rep.model->num_floats(), mb = size_t(max_batch);
   // Collectives run on these two (broadcast, gradient sync): the group places them.
-  rep.w = group.alloc(dev.rank(), P, "parameters");
-  rep.g = group.alloc(dev.rank(), P, "gradients");
-  rep.x = Buffer(dev, mb * kPixels, "input images");
-  rep.y = Buffer(dev, mb, "input labels");
-  rep.dlogits = Buffer(dev, mb * kClasses, "logits gradient");
-  rep.stats = Buffer(dev, 2, "loss/accuracy accumulators");
+  rep.w = group.alloc(dev.rank(), P, MemCategory::Parameters, "parameters");
+  rep.g = group.alloc(dev.rank(), P, MemCategory::Gradients, "gradients");
+  rep.x = Buffer(dev, mb * kPixels, MemCategory::Data, "input images");
+  rep.y = Buffer(dev, mb, MemCategory::Data, "input labels");
+  rep.dlogits = Buffer(dev, mb * kClasses, MemCategory::Temporaries, "logits gradient");
+  rep.stats = Buffer(dev, 2, MemCategory::Temporaries, "loss/accuracy accumulators");
   rep.host_x.resize(mb * kPixels);
   rep.host_y.resize(mb);
   rep.sync = std::make_unique<GradSync>(sync, rep.model->param_sizes(), ar, dev, dev.rank(),

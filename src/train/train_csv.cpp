@@ -23,6 +23,14 @@ std::string num(double v) {  // 6 significant digits: every CSV and baseline is 
 }
 std::string integer(long long v) { return std::to_string(v); }
 
+// The bytes of category C at the peak (peak_mem_<category>_bytes).
+template <MemCategory C>
+std::string peak_of(Run, Ep e) {
+  return std::to_string(e.peak_mem[C]);
+}
+// One column per category, named after mem_category_name (tests/test_memory.cpp checks).
+static_assert(kMemCategories == 8, "a memory category needs its peak_mem_<name>_bytes column");
+
 }  // namespace
 
 const std::vector<CsvColumn>& train_csv_columns() {
@@ -94,6 +102,29 @@ const std::vector<CsvColumn>& train_csv_columns() {
        [](Run r, Ep) { return num(r.cfg.link.gbps); }},
       {"link_latency_us", kNum, "emulated link latency per transfer, us (0: none)",
        [](Run r, Ep) { return num(r.cfg.link.latency_us); }},
+      {"device_mem_bytes", kNum, "--device-mem: each device's capacity, bytes (0: its own memory)",
+       [](Run r, Ep) { return std::to_string(r.cfg.device_mem); }},
+      {"peak_mem_bytes", kNum,
+       "device memory at the peak so far, bytes: the highest over the ranks (processes: rank 0's "
+       "process)",
+       [](Run, Ep e) { return std::to_string(e.peak_mem.total()); }},
+      {"peak_mem_parameters_bytes", kNum, "at that peak: parameters and model state, bytes",
+       peak_of<MemCategory::Parameters>},
+      {"peak_mem_gradients_bytes", kNum, "at that peak: gradients, bytes",
+       peak_of<MemCategory::Gradients>},
+      {"peak_mem_optimizer_state_bytes", kNum, "at that peak: optimizer state, bytes",
+       peak_of<MemCategory::OptimizerState>},
+      {"peak_mem_activations_bytes", kNum, "at that peak: activations saved for backward, bytes",
+       peak_of<MemCategory::Activations>},
+      {"peak_mem_temporaries_bytes", kNum, "at that peak: temporaries (gradient scratch), bytes",
+       peak_of<MemCategory::Temporaries>},
+      {"peak_mem_workspace_bytes", kNum,
+       "at that peak: kernel workspaces (oneDNN scratchpads, cuDNN workspace), bytes",
+       peak_of<MemCategory::Workspace>},
+      {"peak_mem_comm_bytes", kNum, "at that peak: communication buffers (staging), bytes",
+       peak_of<MemCategory::Comm>},
+      {"peak_mem_data_bytes", kNum, "at that peak: the input batch and its staging, bytes",
+       peak_of<MemCategory::Data>},
   };
   return cols;
 }

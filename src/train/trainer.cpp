@@ -87,6 +87,7 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
       pool_(ranks_.size(), [this](int i, const std::string& why) {
         ranks_.abort(ranks_[i].rank(), why);
       }) {
+  for (int i = 0; i < ranks_.size(); ++i) ranks_[i].memory().set_capacity(cfg.device_mem);
   adapt_barrier_spin(*ranks_.group, cfg.sync);
   result_.allreduce_resolved = ranks_.allreduce->describe();
   const int shard_max = (cfg.batch + k_ - 1) / k_;
@@ -113,6 +114,7 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
 
 TrainResult Run::go() {
   pool_.run([this](int i) { rank_main(i); });
+  for (int i = 0; i < ranks_.size(); ++i) result_.peak_mem.push_back(ranks_[i].memory().peak());
   return std::move(result_);
 }
 
@@ -167,6 +169,11 @@ void Run::report_epoch(EpochStats st, int e, double lr) {
   st.epoch = e + 1;
   st.lr_end = lr;
   st.test_acc = evaluate(reps_[0], data_.test);  // reps_[0] is rank 0 when it is local
+  for (int i = 0; i < ranks_.size(); ++i) {  // after evaluation: its batch counts too
+    const MemoryUsage peak = ranks_[i].memory().peak();
+    if (i == 0 || peak.total() > st.peak_mem.total())
+      st.peak_mem = peak, st.peak_mem_rank = ranks_[i].rank();
+  }
   result_.epochs.push_back(st);
   if (on_epoch_) on_epoch_(st, result_);
 }
@@ -220,7 +227,15 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data,
                   const EpochCallback& on_epoch,
                   const DeviceFactory& make_dev) {
   validate(cfg, data);
-  return Run(cfg, data, make_dev, on_epoch).go();
+  try {
+    return Run(cfg, data, make_dev, on_epoch).go();
+  } catch (const OutOfMemory& e) {  // the one message names the batch that did not fit
+    const int k = cfg.devices, per = (cfg.batch + k - 1) / k;
+    throw OutOfMemory(std::string(e.what()) + "; batch per device " + std::to_string(per) +
+                          " (global batch " + std::to_string(cfg.batch) + " on " +
+                          std::to_string(k) + " device" + (k == 1 ? "" : "s") + ")",
+                      e.bytes(), e.capacity());
+  }
 }
 
 }  // namespace dpb

@@ -20,6 +20,7 @@
 
 #include "collectives/grad_sync.h"
 #include "collectives/link.h"
+#include "src/core/memory.h"
 #include "src/data/dataset.h"
 
 namespace dpb {
@@ -48,6 +49,9 @@ struct TrainConfig {
   uint64_t seed = 0;
   int threads = 0;  // CPU math threads per device; 0: cores / devices, at least 1
   bool tf32 = false;
+  // Each device's capacity in bytes (--device-mem): an allocation past it fails with OutOfMemory
+  // as on a device of that size. 0: the device's own memory only.
+  size_t device_mem = 0;
   LinkSpec link;  // emulated link between ranks (CPU backend); disabled: real memory copies
   bool progress = true;  // progress lines on stderr during long epochs
   ProcessPlace procs;    // one rank per process (MPI initialized by the caller), or threads
@@ -63,6 +67,10 @@ struct EpochStats {
   double lr_end = 0;
   bool replicas_in_sync = false;
   double max_replica_diff = 0;
+  // Device memory so far: the highest peak over the ranks (threads: every rank; processes: this
+  // process's) and its breakdown by category at that peak.
+  MemoryUsage peak_mem;
+  int peak_mem_rank = 0;
 };
 
 struct TrainResult {
@@ -71,6 +79,8 @@ struct TrainResult {
   std::vector<std::string> device_names;
   std::string allreduce_resolved;  // what --allreduce ran, e.g. "auto: direct<=32KiB; ring (...)"
   bool shared_gpu = false;
+  // Each local rank's device memory at its peak (by category), in rank order; device_names'.
+  std::vector<MemoryUsage> peak_mem;
 };
 
 // Throws dpb::Error naming the argument when the configuration is invalid (before any work).
@@ -83,7 +93,8 @@ using DeviceFactory = std::function<std::unique_ptr<Device>(int rank, int thread
 // on_epoch is called (on the calling thread's behalf, from rank 0) after each epoch, with the
 // result so far: its run-level fields (allreduce_resolved, shared_gpu, device_names) are set, and
 // epochs ends with this one. A caller can so write each epoch's results as it finishes. When a
-// rank fails, every rank is stopped and the first error is rethrown.
+// rank fails, every rank is stopped and the first error is rethrown; an OutOfMemory (memory.h) is
+// rethrown as one, its message ending with the batch per device.
 using EpochCallback = std::function<void(const EpochStats&, const TrainResult& so_far)>;
 TrainResult train(const TrainConfig& cfg, const Dataset& data, const EpochCallback& on_epoch = {},
                   const DeviceFactory& make_dev = {});
