@@ -110,7 +110,7 @@ std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, const BackendEntry& b, const s
   g->ar = make_allreduce(alg, *g->ds->group, AllReduceOptions{env.cfg().run.tune_file});
   for (int r = 0; r < k; ++r) {
     Device& dev = (*g->ds)[r];
-    g->bufs.emplace_back(dev, g->n, "all-reduce buffer");
+    g->bufs.emplace_back(dev, g->n, MemCategory::Gradients, "all-reduce buffer");
     dev.fill(g->bufs[r].get(), 0.0f, g->n);
     dev.synchronize();  // CUDA: fill is on the compute stream, the all-reduce on comm
     g->timers.push_back(make_rank_timer(dev, TimedStream::Comm));
