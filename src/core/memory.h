@@ -11,6 +11,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "src/core/check.h"
+
 namespace dpb {
 
 // What an allocation holds. Parameters also hold the model's other state (batch-norm running
@@ -57,10 +59,10 @@ bool parse_bytes(const std::string& text, size_t& out);
 // An allocation that did not fit: past the ledger's capacity, or refused by the device itself
 // (cudaErrorMemoryAllocation). what() is the one message: device, what was allocated and its
 // size and category, the breakdown in use, the capacity.
-class OutOfMemory : public std::runtime_error {
+class OutOfMemory : public Error {  // a dpb::Error: callers that catch Error see it too
  public:
   OutOfMemory(const std::string& message, size_t bytes, size_t capacity)
-      : std::runtime_error(message), bytes_(bytes), capacity_(capacity) {}
+      : Error(message), bytes_(bytes), capacity_(capacity) {}
   size_t bytes() const { return bytes_; }        // the allocation that failed
   size_t capacity() const { return capacity_; }  // 0: the device's own limit (real OOM)
 
