@@ -306,8 +306,10 @@ TEST(LinkSeam, PacedStepSleepsBeforeTheFence) {
 // once took 2.5x that at k = 4).
 TEST(LinkSeam, SharedFabricBooksMoveByMove) {
   const int k = 4;
-  const LinkSpec spec{0.8, 0.0};  // 2 MB: 20 ms of occupancy each
-  const size_t n = 500000;
+  // 8 MB: 80 ms of occupancy each, so that a rank's thread woken a few ms late on a loaded
+  // machine stays far inside the bounds (move by move: 3 transfers; a whole step: ~7.5).
+  const LinkSpec spec{0.8, 0.0};
+  const size_t n = 2000000;
   const double one = spec.transfer_s(double(n) * sizeof(float));
   auto fabric = std::make_shared<LinkFabric>(k, spec);
   std::vector<int> all{0, 1, 2, 3};
