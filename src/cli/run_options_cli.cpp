@@ -38,7 +38,9 @@ std::string CliRunOptions::text(const std::string& name, const std::string& fall
 }
 
 int CliRunOptions::int_value(const std::string& name, int fallback) const {
-  return given(name) ? int(std::strtoll(text_.at(name).c_str(), nullptr, 10)) : fallback;
+  long long v = fallback;
+  if (given(name)) parse_int_text(text_.at(name), v);  // the table's parser; checked by apply()
+  return int(v);
 }
 
 }  // namespace dpb
