@@ -18,6 +18,15 @@ namespace dpb {
 
 enum class Init { Normal001, Zero, One };  // N(0, 0.01) weights, zero biases/betas, one gammas
 
+// Options of the models that take them (--mlp-layers, --mlp-hidden, --mlp-input); the others
+// ignore them. The MLP's defaults are the sharding notebook's (../shared/seeds/004): 90 hidden
+// layers of 2056, input 1024 on synthetic data (on Fashion-MNIST the input is the 784 pixels).
+struct ModelOptions {
+  int mlp_layers = 90;
+  int mlp_hidden = 2056;
+  int mlp_input = 1024;
+};
+
 struct ParamInfo {
   std::string name;
   std::vector<int> shape;

@@ -22,6 +22,7 @@
 #include "collectives/link.h"
 #include "src/core/memory.h"
 #include "src/data/dataset.h"
+#include "src/model/model.h"
 
 namespace dpb {
 
@@ -37,6 +38,10 @@ struct ProcessPlace {
 
 struct TrainConfig {
   std::string model = "lenet";
+  ModelOptions model_opts;            // --mlp-layers, --mlp-hidden, --mlp-input
+  std::string optimizer = "sgd";      // a name of the optimizer table (sgd, adam)
+  std::string loss = "xent";          // a name of the loss table (xent, mse)
+  std::string data = "fashion-mnist"; // fashion-mnist, or synthetic (the notebook's batch of ones)
   std::string backend = "cpu";  // a name of kernels/backends.h's table ("auto" resolved)
   int devices = 1;
   int batch = 256;  // global
