@@ -53,6 +53,14 @@ namespace {
 
 const std::string version_str(int v) { return nccl_version_str(v); }
 
+// Free device memory on gpu (cudaMemGetInfo; the caller restores its current device).
+size_t gpu_free_bytes(int gpu) {
+  CUDA_CHECK(cudaSetDevice(gpu));
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return free_b;
+}
+
 // How many ranks of one communicator NCCL `version` lets share a GPU with this environment.
 int ranks_per_gpu_allowed(int version) {
   const char* env = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
@@ -170,6 +178,7 @@ class NcclAllReduce final : public AllReduce {
                      ncclGetErrorString(res));
       comms_[r] = nullptr;
     }
+    uncharge_nccl_memory();
   }
 
   std::string name() const override { return "nccl"; }
@@ -241,6 +250,8 @@ class NcclAllReduce final : public AllReduce {
     ncclUniqueId id{};
     NCCL_CHECK(ncclGetUniqueId(&id), "ncclGetUniqueId");
     comms_.assign(k, nullptr);
+    std::map<int, size_t> free_before;  // gpu -> free bytes before the communicators
+    for (int g : gpus) free_before[g] = gpu_free_bytes(g);
     try {
       ncclConfig_t cfg = config();
       NCCL_CHECK(ncclGroupStart(), "creating " << k << " communicators");
@@ -257,7 +268,14 @@ class NcclAllReduce final : public AllReduce {
       for (int r = 0; r < k; ++r)
         wait_ready(comms_[r], "rank " + std::to_string(r) + ": NCCL communicator start-up on cuda:" +
                                   std::to_string(gpus[r]) + ", NCCL " + version_str(version));
+      std::map<int, int> ranks_on;
+      for (int g : gpus) ++ranks_on[g];
+      for (int r = 0; r < k; ++r) {  // ranks sharing a GPU share its figure evenly
+        const size_t used = free_before[gpus[r]] - std::min(free_before[gpus[r]], gpu_free_bytes(gpus[r]));
+        charge_nccl_memory(r, used / size_t(ranks_on[gpus[r]]));
+      }
     } catch (...) {
+      uncharge_nccl_memory();
       for (ncclComm_t& c : comms_)
         if (c) (void)ncclCommAbort(c);
       comms_.clear();
@@ -285,7 +303,7 @@ class NcclAllReduce final : public AllReduce {
     ncclUniqueId id{};
     if (me == 0) NCCL_CHECK(ncclGetUniqueId(&id), "rank 0: ncclGetUniqueId");
     group_.broadcast_host(me, &id, sizeof id, 0);
-    CUDA_CHECK(cudaSetDevice(dev->gpu()));
+    const size_t free_before = gpu_free_bytes(dev->gpu());  // also makes it current
     comms_.assign(k, nullptr);
     ncclConfig_t cfg = config();
     const std::string what =
@@ -295,7 +313,10 @@ class NcclAllReduce final : public AllReduce {
     try {
       if (res != ncclInProgress) NCCL_CHECK(res, what);
       wait_ready(comms_[me], what);
+      // Other processes on this GPU may allocate meanwhile: the figure is this GPU's change.
+      charge_nccl_memory(me, free_before - std::min(free_before, gpu_free_bytes(dev->gpu())));
     } catch (...) {
+      uncharge_nccl_memory();
       if (comms_[me]) (void)ncclCommAbort(comms_[me]);
       comms_[me] = nullptr;
       throw;
@@ -312,6 +333,21 @@ class NcclAllReduce final : public AllReduce {
     std::fprintf(stderr, "dpbench: warning: ranks share a GPU under NCCL with CUDA_MODULE_LOADING=%s: "
                          "a lazily loaded kernel can wait for the other rank's NCCL kernel "
                          "forever; set CUDA_MODULE_LOADING=EAGER\n", mode ? mode : "unset (LAZY)");
+  }
+
+  // NCCL's own device memory, measured with cudaMemGetInfo around communicator start-up, charged
+  // to rank r's ledger as comm (so --device-mem and the peak see it; past the capacity it is an
+  // OutOfMemory like any other). What NCCL allocates when it connects on first use
+  // (NCCL_RUNTIME_CONNECT=1, the default from 2.22) comes later and is not in it: set
+  // NCCL_RUNTIME_CONNECT=0 to make start-up allocate everything.
+  void charge_nccl_memory(int r, size_t bytes) {
+    if (bytes == 0) return;
+    devs_[r]->memory().add(&comms_[r], bytes, MemCategory::Comm, "NCCL communicator");
+    charged_.push_back(r);
+  }
+  void uncharge_nccl_memory() noexcept {
+    for (int r : charged_) devs_[r]->memory().release(&comms_[r]);
+    charged_.clear();
   }
 
   // Each device's host waits then ask NCCL for its communicator's asynchronous error. The probes
@@ -356,6 +392,7 @@ class NcclAllReduce final : public AllReduce {
   std::unique_ptr<NcclCallGate> gate_;  // made first: abort() may run as soon as ranks do
   std::vector<CudaDevice*> devs_;
   std::vector<ncclComm_t> comms_;  // comms_[r]: read and reset only under gate_->lock(r)
+  std::vector<int> charged_;       // ranks whose ledger holds their communicator's memory
 };
 
 }  // namespace

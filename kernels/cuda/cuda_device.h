@@ -180,6 +180,8 @@ class CudaDevice final : public Device {
   cudaEvent_t ev_comm_ = nullptr;     // compute_wait_comm: comm position
   cudaEvent_t ev_peer_ = nullptr;     // comm_record: waited on by peers' comm streams
   cublasHandle_t cublas_ = nullptr;
+  void* cublas_ws_ = nullptr;  // cuBLAS's workspace (cublasSetWorkspace), charged as workspace
+  size_t cublas_ws_bytes_ = 0;
   cudnnHandle_t cudnn_ = nullptr;
   std::map<ConvKey, CudnnConvPlan> conv_plans_;
   // Every cudaMalloc of this device: charged to ledger_ first (OutOfMemory past its capacity), and
