@@ -12,6 +12,8 @@ into RESULTS_DIR/plots/. Needs matplotlib (Debian: python3-matplotlib; run it wi
                             (./run_all.sh --peers); the accuracy figures draw the peers dashed
   launcher.png              epoch time, threads vs processes (mpirun), per run with an -mpi twin
                             (./run_all.sh --launcher both)
+  memory_<suite>.png        peak memory per device by category per model and k (memory suite)
+  fit_<suite>.png           largest batch and deepest MLP that fit vs k (dpbench fit)
 
 Every title names the machine (manifest.json) and says when the data are quick subsets; runs with
 ranks sharing one GPU are drawn dashed / hatched. A figure whose data are missing is skipped with a
@@ -36,6 +38,7 @@ import suitelib as rs  # noqa: E402  (suite files, CSV and benchmark readers, su
 from peerlib import FAMILY  # noqa: E402
 import peer_plots  # noqa: E402  (plots/: the peers figure)
 import launcher_plot  # noqa: E402  (plots/: threads vs processes)
+import memory_plots  # noqa: E402  (plots/: the memory suite's figures)
 from summary import micro_peer_rows  # noqa: E402
 
 MODEL_NAME = {"lenet": "LeNet", "resnet18": "ResNet-18"}
@@ -108,12 +111,15 @@ class Plotter:
                 self.manifest = json.load(f)
         self.machine = self.manifest.get("machine", {}).get("label", "unknown machine")
         self.backend = self.manifest.get("backend", "")
-        self.all_results = rs.read_results(out_dir)  # dpbench's and the peers' rows
+        # dpbench's and the peers' rows; planning runs (--backend meta: memory only, no math, no
+        # accuracy) are the memory figures' (memory_plots.py), not these
+        self.all_results = {s: [r for r in rows if r.get("backend") != "meta"]
+                            for s, rows in rs.read_results(out_dir).items()}
         self.results = {s: [r for r in rows if r["impl"] == "dpbench"]
                         for s, rows in self.all_results.items()}
         self.results = {s: rows for s, rows in self.results.items() if rows}
-        self.all_summary = rs.summarize(out_dir, family=lambda i: FAMILY.get(i, i)) \
-            if self.all_results else []
+        self.all_summary = [r for r in rs.summarize(out_dir, family=lambda i: FAMILY.get(i, i))
+                            if r["backend"] != "meta"] if self.all_results else []
         self.summary = [r for r in self.all_summary if r["impl"] == "dpbench"]
         self.made, self.skipped = [], []
 
@@ -469,6 +475,9 @@ class Plotter:
         self.attempt("micro_busbw", self.micro)
         self.attempt("time_to_accuracy", self.time_to_accuracy)
         self.attempt("peers", peer_plots.peers, self, Skip, MODEL_NAME)
+        for suite in memory_plots.suites(self.dir):  # the memory suite (plots/memory_plots.py)
+            self.attempt(f"memory_{suite}", memory_plots.memory, self, Skip, suite)
+            self.attempt(f"fit_{suite}", memory_plots.fit, self, Skip, suite)
         self.attempt("launcher", launcher_plot.launcher, self, Skip)
 
 

@@ -45,7 +45,12 @@ class Peer:
     gpu_per_rank: bool = False  # on CUDA each rank needs a GPU of its own (NCCL, pmap)
     min_devices: int = 1
     max_devices: int = 1 << 30
-    models: tuple = ("lenet", "resnet18")
+    # model -> the script in peers/ that repeats its runs (and the arguments it adds)
+    scripts: dict = None
+
+    @property
+    def models(self):
+        return tuple(self.scripts or ())
 
     def available(self, backend):
         """'' when this peer can run here, else why not (with how to install it)."""
@@ -76,6 +81,12 @@ class Peer:
             return f"needs {k} GPUs, one per rank; this machine has {gpus}"
         if model not in self.models:
             return f"no {model} peer"
+        if arg_value(args, "--backend") == "meta":
+            return "a planning run (--backend meta): no step to repeat"
+        if self.scripts[model][0] not in MLP_SCRIPTS:  # the d2l scripts: SGD, xent, the dataset
+            for flag, default in RECIPE_DEFAULTS.items():
+                if arg_value(args, flag, default) != default:
+                    return f"{flag} {arg_value(args, flag)} (peers/{self.scripts[model][0]})"
         if not self.min_devices <= k <= self.max_devices:
             return f"{k} device(s)"
         if float(arg_value(args, "--warmup-epochs", "0")) > 0:
@@ -83,15 +94,31 @@ class Peer:
         return ""
 
 
+TORCH_SCRIPTS = {"lenet": ("torch_train.py",), "resnet18": ("torch_train.py",),
+                 "mlp": ("torch_mlp.py",)}
+MLP_SCRIPTS = ("torch_mlp.py", "jax_mlp.py")  # they take the MLP_ARGS too
+# What the d2l scripts (torch_train.py, jax_lenet.py) do; a run asking otherwise is not repeated.
+RECIPE_DEFAULTS = {"--optimizer": "sgd", "--loss": "xent", "--data": "fashion-mnist"}
+
 PEERS = (
     Peer("pytorch", "pytorch", "train", "PyTorch, one device: d2l 12.5 LeNet / 12.6 ResNet-18 "
-         "(peers/torch_train.py)", "import torch", TORCH_HINT, max_devices=1),
+         "(peers/torch_train.py), the notebook's MLP (peers/torch_mlp.py)", "import torch",
+         TORCH_HINT, max_devices=1, scripts=TORCH_SCRIPTS),
     Peer("pytorch-ddp", "pytorch", "train", "PyTorch DistributedDataParallel, K processes, Gloo "
-         "(CPU) or NCCL (GPU) (peers/torch_train.py)", "import torch", TORCH_HINT,
-         gpu_per_rank=True, min_devices=2),  # DDP over NCCL refuses two ranks on one GPU
+         "(CPU) or NCCL (GPU) (peers/torch_train.py, peers/torch_mlp.py)", "import torch",
+         TORCH_HINT, gpu_per_rank=True, min_devices=2,  # DDP over NCCL refuses two ranks on one GPU
+         scripts=TORCH_SCRIPTS),
     Peer("jax", "jax", "train", "JAX pmap LeNet on K GPUs (peers/jax_lenet.py)",
          "import jax; assert jax.default_backend() == 'gpu'", JAX_HINT, gpu_only=True,
-         gpu_per_rank=True, models=("lenet",)),  # pmap over K devices needs K GPUs
+         gpu_per_rank=True,  # pmap over K devices needs K GPUs
+         scripts={"lenet": ("jax_lenet.py",)}),
+    # The sharding notebook's modes (seed 004) on its MLP; on the CPU over XLA host devices.
+    Peer("jax-jit", "jax", "train", "JAX jit: the notebook's jit_single (1 device) and jit_multi "
+         "(batch sharded over K devices) (peers/jax_mlp.py --mode jit)", "import jax", JAX_HINT,
+         gpu_per_rank=True, scripts={"mlp": ("jax_mlp.py", "--mode", "jit")}),
+    Peer("jax-pmap", "jax", "train", "JAX pmap: the notebook's pmap mode on K devices "
+         "(peers/jax_mlp.py --mode pmap)", "import jax", JAX_HINT, gpu_per_rank=True,
+         min_devices=2, scripts={"mlp": ("jax_mlp.py", "--mode", "pmap")}),
     Peer("openmpi", "openmpi", "micro", "OpenMPI MPI_Allreduce, K processes "
          "(peers/mpi_allreduce.c)", "", MPI_HINT),
 )
@@ -99,6 +126,7 @@ BY_IMPL = {p.impl: p for p in PEERS}
 FAMILY = {p.impl: p.family for p in PEERS} | {"dpbench": "dpbench"}
 PEER_ARGS = ("--model", "--batch", "--lr", "--epochs", "--train-limit", "--test-limit", "--seed",
              "--devices")
+MLP_ARGS = ("--mlp-layers", "--mlp-hidden", "--mlp-input", "--optimizer", "--loss", "--data")
 
 
 @dataclass
@@ -128,7 +156,7 @@ def plan(suite, runs, available, backend, gpus=None):
     out, notes = [], []
     globs = suite.peer_runs
     for run in runs:
-        if not any(fnmatch.fnmatchcase(run.name, g) for g in globs):
+        if run.kind != "train" or not any(fnmatch.fnmatchcase(run.name, g) for g in globs):
             continue
         for p in PEERS:
             if p.kind == "train" and p.impl in available:
@@ -149,13 +177,13 @@ def math_mode(args, backend):
 
 def train_command(pr, backend, data_dir):
     a = pr.args
-    script = "jax_lenet.py" if pr.peer.impl == "jax" else "torch_train.py"
-    cmd = [peer_python(), os.path.join(PEERS_DIR, script)]
-    for flag in PEER_ARGS:
+    script, *extra = pr.peer.scripts[arg_value(a, "--model", "lenet")]
+    cmd = [peer_python(), os.path.join(PEERS_DIR, script)] + extra
+    for flag in PEER_ARGS + (MLP_ARGS if script in MLP_SCRIPTS else ()):
         v = arg_value(a, flag)
         if v is not None:
             cmd += [flag, v]
-    if script == "torch_train.py":
+    if script.startswith("torch_"):
         cmd += ["--device", "cuda" if backend == "cuda" else "cpu"]
         threads = arg_value(a, "--threads")
         if threads:
@@ -173,7 +201,8 @@ def epoch_rows(pr, backend, log_lines):
     k = int(arg_value(a, "--devices", "1"))
     limited = arg_value(a, "--train-limit") or arg_value(a, "--test-limit")
     sync = {"pytorch-ddp": ("nccl" if backend == "cuda" else "gloo", "ddp-bucketed", "on", 25),
-            "jax": ("pmean", "fused", "off", "")}.get(impl, ("", "", "", ""))
+            "jax": ("pmean", "fused", "off", ""), "jax-pmap": ("pmean", "fused", "off", ""),
+            "jax-jit": ("xla-spmd", "xla", "xla", "")}.get(impl, ("", "", "", ""))
     rows = []
     for line in log_lines:
         if not line.startswith("DPB_PEER "):
@@ -191,6 +220,9 @@ def epoch_rows(pr, backend, log_lines):
             "lr_end": arg_value(a, "--lr", "0.2"), "train_loss": e["train_loss"],
             "train_acc": e["train_acc"], "test_acc": e["test_acc"], "epoch_s": e["epoch_s"],
             "images_per_s": e["images_per_s"],  # the rest (times, sync checks): blank
+            # the memory peers' peak per device, and how they measured it (peers/torch_mlp.py)
+            **{c: e[c] for c in ("peak_mem_bytes", "peak_mem_source", "peak_mem_base_bytes")
+               if c in e},
         })
     return rows
 

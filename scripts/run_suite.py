@@ -11,6 +11,7 @@
 
 `run` writes DIR/<suite>.csv (dpbench's columns after `suite,scenario,impl`, one header, rewritten
 atomically after every run), DIR/micro-<suite>.json (+ .csv when scripts/bench_to_csv.py exists),
+DIR/fit-<suite>.csv (one row per `dpbench fit` of the suite's [fit] section; its JSON in DIR/fit/),
 DIR/logs/<suite>/<scenario>.log and DIR/manifest.json (machine, versions, every command). Runs
 already in DIR/<suite>.csv are skipped, so an interrupted run continues with the same --out.
 --peers: after each suite's runs, the installed peers (peers/, scripts/peerlib.py) repeat the runs
@@ -39,9 +40,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import memory_report as fitlib  # noqa: E402  (the fit rows)
 import peerlib  # noqa: E402
-from suitelib import (ROOT, append_suite_csv, effective_info, expand_runs,  # noqa: E402
-                      load_suite, micro_args, mpi_twins, read_rows, suite_names, write_json)
+from suitelib import (FIT_PREFIX, NO_CHECK_NOTE, ROOT, append_rows, append_suite_csv,  # noqa: E402
+                      effective_info, expand_runs, load_suite, micro_args, mpi_twins, read_rows,
+                      suite_names, write_json)
 from summary import write_summary  # noqa: E402
 
 
@@ -287,7 +290,9 @@ class Runner:
         run_csv = os.path.join(tmpdir, f"{run.suite}--{run.name}.csv")
         if os.path.exists(run_csv):
             os.remove(run_csv)
-        cmd = ([a.bin, "train"] + run.args + ["--backend", a.backend, "--csv", run_csv])
+        # a run that names its backend keeps it (the memory suite's plans: --backend meta)
+        backend = [] if "--backend" in run.args else ["--backend", a.backend]
+        cmd = [a.bin, "train"] + run.args + backend + ["--csv", run_csv]
         if run.procs:
             cmd = mpirun_prefix(run.procs) + cmd
         if a.wrap:
@@ -318,6 +323,49 @@ class Runner:
             print(f"      done in {wall:.1f} s, {nrows} epoch rows -> {suite_csv}", flush=True)
         self.record(entry)
 
+    def run_fit(self, run, n, total):
+        """`dpbench fit` (a suite's [fit] section): its JSON result becomes one row of
+        DIR/fit-<suite>.csv (memory_report.py) and is kept as DIR/fit/<suite>-<scenario>.json."""
+        a = self.a
+        fit_csv = os.path.join(self.out, f"{FIT_PREFIX}{run.suite}.csv")
+        tag = f"[{n}/{total} {self.elapsed()}] {run.suite}/{run.name}"
+        if os.path.exists(fit_csv) and any(r["scenario"] == run.name
+                                           for r in fitlib.read_fit_rows(fit_csv)):
+            print(f"{tag}: already in {fit_csv}, skipped", flush=True)
+            return
+        final = os.path.join(self.out, "fit", f"{run.suite}-{run.name}.json")
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        tmp = final + ".part"
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        backend = [] if "--backend" in run.args else ["--backend", a.backend]
+        cmd = [a.bin, "fit"] + run.args + backend + ["--json", tmp]
+        print(f"{tag}: dpbench fit " + " ".join(shlex.quote(c) for c in run.args), flush=True)
+        log = os.path.join(self.out, "logs", run.suite, run.name + ".log")
+        rc, wall, tail = self.execute(cmd, log, lambda l: l.startswith(
+            ("  largest", "  nothing fits", "  check on", "  search:")))
+        entry = {"suite": run.suite, "scenario": run.name, "kind": "fit", "cmd": cmd, "rc": rc,
+                 "wall_s": round(wall, 2), "log": os.path.relpath(log, self.out),
+                 "started_utc": utc(time.time() - wall)}
+        # exit 3: not even 1 fits, an answer too; 1: --check disagreed with the plan (a failure,
+        # its row says so)
+        if rc in fitlib.FIT_ANSWER_RCS and os.path.exists(tmp):
+            os.replace(tmp, final)
+            with open(final) as f:
+                row = fitlib.fit_row(run.suite, run.name, json.load(f))
+            append_rows(fit_csv, [row], fitlib.FIT_COLUMNS)
+            entry["output"] = os.path.relpath(final, self.out)
+        if rc not in (0, 3):
+            self.failures.append(f"{run.suite}/{run.name} (rc {rc}, see {log})")
+            print(f"      FAILED (rc {rc}) after {wall:.1f} s; last output:", flush=True)
+            for line in tail:
+                print("      | " + line, flush=True)
+        else:
+            print(f"      done in {wall:.1f} s -> {fit_csv}", flush=True)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        self.record(entry)
+
     def run(self):
         a = self.a
         suites = [load_suite(s) for s in a.suite]
@@ -334,7 +382,7 @@ class Runner:
             if a.runs:
                 runs = [r for r in runs if fnmatch.fnmatchcase(r.name, a.runs)]
             launched, n2 = plan_launcher(a, s, runs, self.info)
-            plan += [("train", r) for r in launched]
+            plan += [(r.kind, r) for r in launched]
             notes += n + n2
             if a.peers:
                 peer_runs, n = peerlib.plan(s, runs, available, a.backend,
@@ -351,7 +399,11 @@ class Runner:
         for (suite, why), names in grouped.items():
             shown = ", ".join(names if a.dry_run else names[:4]) + (
                 f" and {len(names) - 4} more" if len(names) > 4 and not a.dry_run else "")
-            print(f"  note: {suite}: {len(names)} run(s) left out, {why}: {shown}")
+            if why.startswith(NO_CHECK_NOTE):  # the fit runs, without their real steps
+                print(f"  note: {suite}: {len(names)} fit(s) {NO_CHECK_NOTE.rstrip(': ')} (its "
+                      f"real steps), {why[len(NO_CHECK_NOTE):]}: {shown}")
+            else:
+                print(f"  note: {suite}: {len(names)} run(s) left out, {why}: {shown}")
         total = len(plan)
         fake = f", {self.info['fake_gpus']} fake GPU(s) (DPB_FAKE_GPUS)" \
             if self.info.get("fake_gpus") else ""
@@ -365,6 +417,7 @@ class Runner:
                     "train": lambda: f"{item.suite}/{item.name}: " + (
                         f"mpirun -np {item.procs} dpbench train " if item.procs else "") +
                     " ".join(item.args),
+                    "fit": lambda: f"{item.suite}/{item.name}: dpbench fit " + " ".join(item.args),
                     "peer": lambda: f"{item.suite}/{item.name}: peer {item.peer.impl}",
                     "peer-micro": lambda: f"{item.name}: peer openmpi"}[kind]())
             return 0
@@ -372,7 +425,7 @@ class Runner:
         self.save()
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # like Ctrl-C: stop cleanly
         try:
-            steps = {"micro": self.run_micro, "train": self.run_train,
+            steps = {"micro": self.run_micro, "train": self.run_train, "fit": self.run_fit,
                      "peer": lambda *x: peerlib.run_train_peer(self, *x),
                      "peer-micro": lambda *x: peerlib.run_micro_peer(self, *x)}
             for n, (kind, item) in enumerate(plan, 1):
@@ -449,6 +502,8 @@ def main(argv=None):
             print(f"{name}{'' if st.default else ' (not default)'}: {st.about}")
             for rn, args in {**st.runs, **st.cuda_runs, **st.cpu_runs}.items():
                 print(f"    {rn}: {' '.join(args)}")
+            for rn, args in st.fit_runs.items():
+                print(f"    {rn}: dpbench fit {' '.join(args)}")
         return 0
     if a.cmd == "record":
         path = os.path.join(a.dir, "manifest.json")

@@ -19,7 +19,9 @@ import benchnames  # noqa: E402  (the one parser of benchmark names)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIOS = os.path.join(ROOT, "scenarios")
-FLAGS_WITHOUT_VALUE = {"--tf32", "--quiet"}  # every other `dpbench train` flag takes one value
+# every other `dpbench train` / `dpbench fit` flag takes one value
+FLAGS_WITHOUT_VALUE = {"--tf32", "--quiet", "--check"}
+FIT_PREFIX = "fit-"  # DIR/fit-<suite>.csv: a suite's `dpbench fit` results (not a training CSV)
 
 # ----------------------------------------------------------------------------- scenario files
 
@@ -30,6 +32,7 @@ class Run:
     name: str
     args: list  # final `dpbench train` arguments for the chosen mode (no --backend / --csv)
     procs: int = 0  # > 0: run as `mpirun -np procs dpbench train ...` (process mode)
+    kind: str = "train"  # "fit": a `dpbench fit` run of the suite's [fit] section
 
 
 @dataclass
@@ -43,6 +46,7 @@ class Suite:
     cuda_runs: dict = field(default_factory=dict)
     cpu_runs: dict = field(default_factory=dict)  # e.g. the emulated link, which GPUs refuse
     cpu_why: str = ""  # why the cpu-only runs are left out of a GPU run (printed as a note)
+    fit_runs: dict = field(default_factory=dict)  # [fit]: name -> `dpbench fit` args (list)
     quick: list = field(default_factory=list)  # (glob, args | None for skip), file order
     micro: dict = field(default_factory=dict)  # "cpu", "cpu.quick", ... -> args
     peer_runs: list = field(default_factory=list)  # globs of runs the peers repeat (peerlib)
@@ -90,7 +94,8 @@ def load_suite(name):
         raise SystemExit(f"run_suite: {path}: [suite] launchers = '{sec.get('launchers')}' "
                          "(valid: threads | threads, processes)")
     s.processes = "processes" in launchers
-    for secname, dest in (("runs", s.runs), ("runs.cuda", s.cuda_runs), ("runs.cpu", s.cpu_runs)):
+    for secname, dest in (("runs", s.runs), ("runs.cuda", s.cuda_runs), ("runs.cpu", s.cpu_runs),
+                          ("fit", s.fit_runs)):
         if cp.has_section(secname):
             for k, v in cp[secname].items():
                 dest[k] = shlex.split(v)
@@ -106,12 +111,14 @@ def load_suite(name):
 
 
 def merge_args(base, override):
-    """`dpbench train` arguments with the flags in `override` replacing those in `base`."""
+    """`dpbench train` arguments with the flags in `override` replacing those in `base`; an
+    override `--no-FLAG` (not a dpbench flag) takes `--FLAG` out, e.g. [quick] x = --no-check."""
     def pairs(args):
         out, i = [], 0
         while i < len(args):
             a = args[i]
-            if a in FLAGS_WITHOUT_VALUE or not a.startswith("--") or "=" in a:
+            if a in FLAGS_WITHOUT_VALUE or a.startswith("--no-") or not a.startswith("--") \
+                    or "=" in a:
                 out.append((a.split("=")[0], [a]))
                 i += 1
             else:
@@ -120,7 +127,10 @@ def merge_args(base, override):
         return out
     merged = dict(pairs(base))
     for flag, toks in pairs(override):
-        merged[flag] = toks  # in place when base has the flag
+        if flag.startswith("--no-"):
+            merged.pop("--" + flag[len("--no-"):], None)
+        else:
+            merged[flag] = toks  # in place when base has the flag
     return [t for toks in merged.values() for t in toks]
 
 
@@ -183,6 +193,8 @@ def expand_runs(suite, quick, backend, devices, extra=(), info=None):
         notes += [(suite.name, name, suite.cpu_why) for name in suite.cpu_runs]
     else:
         table.update(suite.cpu_runs)
+    kinds = {name: "fit" for name in suite.fit_runs}
+    table.update(suite.fit_runs)
     for name, args in table.items():
         if quick:
             skip = False
@@ -202,12 +214,74 @@ def expand_runs(suite, quick, backend, devices, extra=(), info=None):
             notes.append((suite.name, name, "device count not in --devices"))
             continue
         args = merge_args(args, list(extra))
-        why = gpu_refusal(args, backend, info) if info else ""
-        if why:
-            notes.append((suite.name, name, why))
-            continue
-        runs.append(Run(suite.name, name, args))
+        kind = kinds.get(name, "train")
+        if kind == "fit":  # the plans run on meta; a real step only under --check
+            if "--check" in args:
+                why = check_refusal(args, backend, info)
+                if why:
+                    notes.append((suite.name, name, NO_CHECK_NOTE + why))
+                    args = [a for a in args if a != "--check"]
+        elif arg_value(args, "--backend") in (None, backend):  # a run on another backend (meta)
+            why = gpu_refusal(args, backend, info) if info else ""  # needs none of this one's
+            if not why and arg_value(args, "--device-mem") not in (None, "0"):
+                why = check_refusal(args, backend, info)  # k devices of that size, for real
+            if why:
+                notes.append((suite.name, name, why))
+                continue
+        runs.append(Run(suite.name, name, args, kind=kind))
     return runs, notes
+
+
+# A note's reason that starts with this: the fit runs, without --check (run_suite prints it so).
+NO_CHECK_NOTE = "without --check: "
+
+SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+              "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text):
+    """Bytes of a --device-mem SIZE as dpbench reads it (24GiB, 80GB, 512MiB, 1000)."""
+    t = text.strip().upper()
+    num = t.rstrip("KMGTIB")
+    unit = t[len(num):]
+    if unit not in SIZE_UNITS or not num:
+        raise ValueError(f"not a size: '{text}'")
+    return int(float(num) * SIZE_UNITS[unit])
+
+
+# The share of the host's memory that the real steps of a CPU fit --check may use (the check runs
+# the answer and the next value, k devices of --device-mem each in this one process).
+CHECK_HOST_SHARE = 0.8
+
+
+def check_refusal(args, backend, info):
+    """"" when this machine holds the real steps of `dpbench fit args --check` on backend (k
+    devices of --device-mem each), else why not. CPU: k x capacity within CHECK_HOST_SHARE of the
+    host's memory (`dpbench info` memory_gib); CUDA: the ranks sharing a GPU fit its memory, and
+    the all-reduce does not refuse them (gpu_refusal)."""
+    info = info or {}
+    k = int(arg_value(args, "--devices", "1"))
+    try:
+        cap = parse_size(arg_value(args, "--device-mem", "0"))
+    except ValueError:
+        return ""  # dpbench names the bad size itself
+    gib = cap / 2**30
+    if backend == "cuda":
+        why = gpu_refusal(args, backend, info)
+        if why:
+            return why
+        gpus = info.get("gpus") or []
+        per_gpu = -(-k // max(1, len(gpus)))
+        mem = min((g.get("memory_gib") or 0 for g in gpus), default=0)
+        if gpus and mem and per_gpu * gib > mem:
+            return (f"{per_gpu} rank(s) of {gib:g} GiB on a GPU of {mem:g} GiB "
+                    f"({k} devices, {len(gpus)} GPU(s))")
+        return ""
+    host = float(info.get("memory_gib") or 0)
+    if host and k * gib > CHECK_HOST_SHARE * host:
+        return (f"{k} device(s) x {gib:g} GiB is more than {CHECK_HOST_SHARE:.0%} of this host's "
+                f"{host:.1f} GiB")
+    return ""
 
 
 MICRO_DEFAULT_RANKS = (1, 2, 4, 8)  # dpbench-micro's --dpb_ranks when not given (bench/main.cpp)
@@ -249,7 +323,7 @@ def mpi_twins(runs, backend="cpu", info=None):
     twins, notes = [], []
     for r in runs:
         k = int(arg_value(r.args, "--devices", "1"))
-        if k < 2:
+        if k < 2 or r.kind != "train" or arg_value(r.args, "--backend") == "meta":
             continue
         why = next((w for refused, w in PROCESS_REFUSALS if refused(r.args)), None) or \
             (gpu_refusal(r.args, backend, info, procs=k) if info else None)
@@ -284,6 +358,8 @@ NUMERIC = {c["name"] for c in TRAIN_CSV_COLUMNS if c["type"] == "number"}
 def is_suite_csv(path):
     """True for a training CSV (one row per run and epoch: columns suite and scenario); False for
     the other CSVs of a results folder (micro-*.csv, summary.csv, link-projection.csv, ...)."""
+    if os.path.basename(path).startswith(FIT_PREFIX):
+        return False
     with open(path, newline="") as f:
         header = next(csv.reader(f), [])
     return "suite" in header and "scenario" in header
@@ -309,7 +385,7 @@ def read_results(out_dir):
     """{suite: [rows]} for every suite CSV in a results folder."""
     res = {}
     for f in sorted(os.listdir(out_dir)):
-        if f.endswith(".csv") and not f.startswith(("micro-", "summary")):
+        if f.endswith(".csv") and not f.startswith(("micro-", "summary", FIT_PREFIX)):
             rows = read_rows(os.path.join(out_dir, f))
             if rows and "scenario" in rows[0]:
                 res[f[:-4]] = rows
@@ -334,13 +410,18 @@ def append_suite_csv(path, suite, scenario, run_csv):
     own_impl = "impl" in new[0]
     header = ["suite", "scenario"] + ([] if own_impl else ["impl"]) + new[0]
     old = []
+    prefix = [suite, scenario] + ([] if own_impl else ["dpbench"])
+    rows = [prefix + r for r in new[1:]]
     if os.path.exists(path):
         with open(path, newline="") as f:
             old = list(csv.reader(f))
         if old and old[0] != header:
-            raise SystemExit(f"run_suite: {path} has a different header; use another --out")
-    prefix = [suite, scenario] + ([] if own_impl else ["dpbench"])
-    _rewrite_csv(path, header, (old or [header])[1:] + [prefix + r for r in new[1:]])
+            if not set(header) <= set(old[0]):
+                raise SystemExit(f"run_suite: {path} has a different header; use another --out")
+            # the file's header has columns a peer added (peerlib: peak_mem_source): blank here
+            rows = [[dict(zip(header, r)).get(c, "") for c in old[0]] for r in rows]
+            header = old[0]
+    _rewrite_csv(path, header, (old or [header])[1:] + rows)
     return len(new) - 1
 
 
@@ -428,7 +509,7 @@ def time_to_acc(epochs, target):
     t = 0.0
     for e in epochs:
         t += e["epoch_s"]
-        if target is not None and e["test_acc"] >= target:
+        if target is not None and e["test_acc"] is not None and e["test_acc"] >= target:
             return t
     return None
 
@@ -479,7 +560,9 @@ def summarize(out_dir, family=None):
                 "exposed_comm_s": steady_epoch_s(eps, "exposed_comm_s"),
                 "speedup": speedup,
                 "efficiency": speedup / e0["devices"] if speedup else None,
-                "final_acc": last["test_acc"], "best_acc": max(e["test_acc"] for e in eps),
+                # a planning run (--backend meta) has no accuracy: None
+                "final_acc": last["test_acc"], "best_acc": max(
+                    (e["test_acc"] for e in eps if e["test_acc"] is not None), default=None),
                 "target_acc": target, "time_to_target_s": tta,
                 "in_sync": int(all(e["replicas_in_sync"] in (1, None) for e in eps)),
             })

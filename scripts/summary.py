@@ -2,7 +2,9 @@
 ./run_all.sh): all-reduce bus bandwidth per rank count (dpbench and the OpenMPI peer side by side),
 one table per suite, the peers next to the dpbench runs they repeat with the ratio of their
 epoch times, and the process-mode runs (<scenario>-mpi, run_all.sh --launcher) beside their
-thread-mode twins. `scripts/run_suite.py summary DIR` rewrites it. Standard library only.
+thread-mode twins, and the memory suite's tables (scripts/memory_report.py: peak per device, what
+fits, the sharding notebook's figures beside them). `scripts/run_suite.py summary DIR` rewrites it.
+Standard library only.
 """
 import csv
 import io
@@ -10,8 +12,9 @@ import json
 import os
 import textwrap
 
+import memory_report
 from peerlib import FAMILY
-from suitelib import MPI_SUFFIX, read_micro, summarize, write_atomic
+from suitelib import FIT_PREFIX, MPI_SUFFIX, read_micro, summarize, write_atomic
 
 
 def fmt(v, spec):
@@ -103,8 +106,8 @@ def peer_table(rows, math=None):
         table.append((p["scenario"], str(p["devices"]), p["impl"] + (f" ({mode})" if mode else ""),
                       fmt(d["epoch_s"], ".2f"),
                       fmt(p["epoch_s"], ".2f"), fmt(ratio, ".2f") + "x",
-                      f"{d['final_acc']:.3f}/{d['best_acc']:.3f}",
-                      f"{p['final_acc']:.3f}/{p['best_acc']:.3f}", tt(d), tt(p)))
+                      f"{fmt(d['final_acc'], '.3f')}/{fmt(d['best_acc'], '.3f')}",
+                      f"{fmt(p['final_acc'], '.3f')}/{fmt(p['best_acc'], '.3f')}", tt(d), tt(p)))
     return table if len(table) > 1 else None
 
 
@@ -157,6 +160,12 @@ def summary_text(out_dir, rows):
     micro = micro_summary(out_dir)
     if micro:
         lines += ["", "== micro: all-reduce at the largest message"] + micro
+    # suites with peak memory to report: the memory suite and any with `dpbench fit` results
+    memory_suites = {memory_report.SUITE} | {
+        f[len(FIT_PREFIX):-4] for f in os.listdir(out_dir)
+        if f.startswith(FIT_PREFIX) and f.endswith(".csv")}
+    for suite in sorted(memory_suites - {r["suite"] for r in rows}):  # fits only
+        lines += [""] + memory_report.report_lines(out_dir, suite, manifest)
     if not rows:
         lines.append("no training results in " + out_dir)
         return "\n".join(lines) + "\n"
@@ -175,6 +184,8 @@ def summary_text(out_dir, rows):
         if procs:
             lines += ["", f"   {suite}: threads vs processes (mpirun -np k; runs <scenario>-mpi)"]
             lines += ["   " + line for line in render(procs)]
+        if suite in memory_suites:
+            lines += [""] + memory_report.report_lines(out_dir, suite, manifest)
     lines.append("")
     lines += textwrap.wrap(
         "k: devices; data: train/test examples x epochs; epoch s: median of the epochs after the "

@@ -1,0 +1,203 @@
+#!/usr/bin/python3
+"""torch_mlp.py: the PyTorch peer of `dpbench train --model mlp` (the memory suite,
+scenarios/memory.ini): the sharding notebook's MLP (../shared/seeds/004: --mlp-layers dense layers
+of --mlp-hidden with ReLU, then a dense layer to 10 outputs; flax's default init, lecun_normal
+weights and zero biases) with Adam (optax's defaults, as torch.optim.Adam's) or SGD, MSE or
+cross-entropy loss, on synthetic data (every feature 1.0, class 1: the notebook's ones) or
+Fashion-MNIST (the 784 pixels), on dpbench's recipe (global batch in contiguous shards, loss
+normalized by the global batch, the same per-epoch example order on every process).
+  --devices 1: plain PyTorch on one device (impl pytorch)
+  --devices K: DistributedDataParallel on K processes, Gloo on the CPU, NCCL on GPUs (pytorch-ddp)
+Memory: the peak per device, as dpbench's peak_mem_bytes (the largest over the ranks), with how it
+was measured (peak_mem_source): on a GPU torch.cuda.max_memory_allocated (PyTorch's caching
+allocator: tensors only, no CUDA context, no NCCL buffers); on the CPU the process's peak resident
+set (getrusage ru_maxrss: the interpreter, torch's libraries and the data too;
+peak_mem_base_bytes is that figure before the data and the model were made).
+  /usr/bin/python3 peers/torch_mlp.py --mlp-layers 8 --mlp-hidden 256 --batch 256 --lr 1e-4 \
+      --optimizer adam --loss mse --data synthetic --train-limit 1024 --epochs 2 --devices 2
+"""
+import os
+import resource
+import socket
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.nn import functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+CLASSES = 10
+# flax.linen.Dense's default kernel init, jax.nn.initializers.lecun_normal(): a normal truncated
+# at +-2 standard deviations, scaled so that its variance is 1 / fan_in (this constant is the
+# standard deviation of a unit normal truncated at +-2, as in jax's variance_scaling).
+TRUNC_STD = 0.87962566103423978
+
+
+def make_mlp(layers, hidden, inputs, seed):
+    torch.manual_seed(seed)
+    mods, width = [], inputs
+    for _ in range(layers):
+        mods += [nn.Linear(width, hidden), nn.ReLU()]
+        width = hidden
+    mods.append(nn.Linear(width, CLASSES))
+    net = nn.Sequential(*mods)
+    for m in net.modules():
+        if isinstance(m, nn.Linear):
+            std = (1.0 / m.in_features) ** 0.5 / TRUNC_STD
+            nn.init.trunc_normal_(m.weight, std=std, a=-2 * std, b=2 * std)
+            nn.init.zeros_(m.bias)
+    return net
+
+
+SYNTHETIC_LABEL = 1  # src/data/synthetic.h kSyntheticLabel: every example is class 1
+
+
+def synthetic(n, inputs):
+    """dpbench's --data synthetic (src/data/synthetic.h): every feature 1.0, every label 1."""
+    return np.ones((n, inputs), np.float32), np.full(n, SYNTHETIC_LABEL, np.int64)
+
+
+def load_data(a):
+    if a.data == "synthetic":
+        return synthetic(a.train_limit or 60000, a.mlp_input) + \
+            synthetic(a.test_limit or 10000, a.mlp_input)
+    if a.mlp_input not in (784, 1024):  # 1024: the flag's default, meaningless on images
+        raise SystemExit(f"torch_mlp: Fashion-MNIST has 784 input features, not --mlp-input "
+                         f"{a.mlp_input}")
+    a.mlp_input = 784
+    Xtr, ytr, Xte, yte = common.load(a.data_dir, a.train_limit, a.test_limit)
+    return Xtr.reshape(len(Xtr), -1), ytr, Xte.reshape(len(Xte), -1), yte
+
+
+def loss_sum(kind, out, y):
+    """Summed over the examples (the caller divides by the global batch, as dpbench does). mse:
+    per example the mean over the 10 outputs of (out - onehot(y))^2, the notebook's
+    jnp.mean((y_pred - y) ** 2) times the batch."""
+    if kind == "mse":
+        return ((out - F.one_hot(y, CLASSES).to(out.dtype)) ** 2).mean(1).sum()
+    return F.cross_entropy(out, y, reduction="sum")
+
+
+def peak_bytes(dev):
+    if dev.type == "cuda":
+        return torch.cuda.max_memory_allocated(dev), "cuda_max_memory_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "peak_rss"  # Linux: KiB
+
+
+def evaluate(net, X, y, dev):
+    net.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(X), 1000):
+            xb = torch.from_numpy(X[i:i + 1000]).to(dev)
+            correct += (net(xb).argmax(1).cpu() == torch.from_numpy(y[i:i + 1000])).sum().item()
+    net.train()
+    return correct / max(1, len(X))
+
+
+def run(rank, a, port):
+    k = a.devices
+    dev = torch.device(f"cuda:{rank}" if a.device == "cuda" else "cpu")
+    if a.device == "cuda":
+        torch.cuda.set_device(dev)
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32  # dpbench: strict FP32 unless --tf32
+    torch.set_num_threads(common.threads(a, k))
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if k > 1:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("nccl" if a.device == "cuda" else "gloo", rank=rank, world_size=k)
+    Xtr, ytr, Xte, yte = load_data(a)  # on the host: each step uploads its shard, as dpbench
+    net = make_mlp(a.mlp_layers, a.mlp_hidden, a.mlp_input, a.seed).to(dev)  # same on every rank
+    model = torch.nn.parallel.DistributedDataParallel(net) if k > 1 else net
+    opt = (torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8)
+           if a.optimizer == "adam" else torch.optim.SGD(model.parameters(), lr=a.lr))
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
+    n, B = len(Xtr), a.batch
+    steps = (n + B - 1) // B
+    for ep in range(a.epochs):
+        perm = common.permutation(n, a.seed, ep)
+        stats = torch.zeros(3, dtype=torch.float64, device=dev)  # loss sum, correct, peak bytes
+        sync()
+        if k > 1:
+            dist.barrier()
+        t = time.perf_counter()
+        for s in range(steps):
+            gb = min(B, n - s * B)
+            lo, hi = common.shard(gb, k, rank)
+            idx = perm[s * B + lo:s * B + hi]
+            xb = torch.from_numpy(Xtr[idx]).to(dev, non_blocking=True)
+            yb = torch.from_numpy(ytr[idx]).to(dev, non_blocking=True)
+            out = model(xb)
+            ls = loss_sum(a.loss, out, yb)
+            # / gb: the global batch's mean; x k: DDP averages the k ranks' gradients
+            opt.zero_grad(set_to_none=True)
+            (ls * (k / gb)).backward()
+            opt.step()
+            with torch.no_grad():
+                stats[0] += ls.detach() / gb
+                stats[1] += (out.argmax(1) == yb).sum()
+        sync()
+        if k > 1:
+            dist.barrier()
+        dt = time.perf_counter() - t
+        peak, source = peak_bytes(dev)
+        stats[2] = peak
+        if k > 1:
+            top = stats[2:].clone()
+            dist.all_reduce(stats[:2])
+            dist.all_reduce(top, op=dist.ReduceOp.MAX)
+            stats[2] = top[0]
+        if rank == 0:
+            acc = evaluate(net, Xte, yte, dev)
+            common.report(ep + 1, stats[0].item() / steps, stats[1].item() / n, acc, dt, n,
+                          train_examples=n, test_examples=len(Xte), steps=steps,
+                          peak_mem_bytes=int(stats[2].item()), peak_mem_source=source,
+                          peak_mem_base_bytes=base if source == "peak_rss" else "",
+                          threads=common.threads(a, k), torch=torch.__version__,
+                          math=common.math_mode(a))
+    if k > 1:
+        dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    p = common.parser(__doc__.split("\n")[0], models=("mlp",), procs=True)
+    p.set_defaults(lr=1e-4)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--mlp-layers", type=int, default=90)
+    p.add_argument("--mlp-hidden", type=int, default=2056)
+    p.add_argument("--mlp-input", type=int, default=1024)
+    p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    p.add_argument("--loss", choices=("xent", "mse"), default="xent")
+    p.add_argument("--data", choices=("fashion-mnist", "synthetic"), default="fashion-mnist")
+    a = p.parse_args()
+    if min(a.mlp_layers, a.mlp_hidden, a.mlp_input, a.batch, a.epochs, a.devices) < 1:
+        raise SystemExit("torch_mlp: --mlp-layers, --mlp-hidden, --mlp-input, --batch, --epochs "
+                         "and --devices must be positive")
+    if a.device == "cuda" and torch.cuda.device_count() < a.devices:
+        raise SystemExit(f"torch_mlp: {a.devices} processes need {a.devices} GPUs, "
+                         f"found {torch.cuda.device_count()}")
+    print(f"torch_mlp: {a.mlp_layers} x {a.mlp_hidden} MLP (input {a.mlp_input}), "
+          f"{'DDP, ' if a.devices > 1 else ''}{a.devices} {a.device} process(es), torch "
+          f"{torch.__version__}, {a.optimizer} lr {a.lr:g}, {a.loss}, {a.data}, batch {a.batch}, "
+          f"{a.epochs} epoch(s), {common.math_mode(a)} math", flush=True)
+    if a.devices == 1:
+        run(0, a, 0)
+    else:
+        mp.spawn(run, args=(a, int(os.environ.get("MASTER_PORT") or free_port())),
+                 nprocs=a.devices, join=True)
+
+
+if __name__ == "__main__":
+    main()
