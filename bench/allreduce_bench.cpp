@@ -71,6 +71,7 @@ struct ArRig {
   size_t n = 0;
   double bound = 0;  // CPU: membw/cpu/copy with k threads, GB/s
   long wrong = -1;   // -1: not checked yet
+  std::vector<size_t> base;  // each rank's bytes in use before the algorithm was made
 
   // One timed all-reduce on rank r; returns this rank's seconds.
   double one(int r) {
@@ -106,8 +107,7 @@ std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, const BackendEntry& b, const s
   auto g = std::make_shared<ArRig>();
   g->n = bytes / sizeof(float);
   if (b.kind == BackendKind::Cpu && k > 1) g->bound = env.membw_bound_gbps(k);  // before any timing
-  g->ds = std::make_unique<DeviceSet>(b, k, 1, env.cfg().run.link);
-  g->ar = make_allreduce(alg, *g->ds->group, AllReduceOptions{env.cfg().run.tune_file});
+  g->ds = std::make_unique<DeviceSet>(b, k, 1, env.cfg().run.link, env.cfg().run.device_mem);
   for (int r = 0; r < k; ++r) {
     Device& dev = (*g->ds)[r];
     g->bufs.emplace_back(dev, g->n, MemCategory::Gradients, "all-reduce buffer");
@@ -115,6 +115,8 @@ std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, const BackendEntry& b, const s
     dev.synchronize();  // CUDA: fill is on the compute stream, the all-reduce on comm
     g->timers.push_back(make_rank_timer(dev, TimedStream::Comm));
   }
+  g->base = g->ds->in_use();  // what the algorithm allocates from here on is its own
+  g->ar = make_allreduce(alg, *g->ds->group, AllReduceOptions{env.cfg().run.tune_file});
   ArRig* raw = g.get();
   g->pool = std::make_unique<RankThreads>(
       k, [raw](int r, const std::string& why) { raw->ds->group->abort(r, why); });
@@ -143,6 +145,7 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
   st.counters["busbw_GBps"] = algbw * allreduce_bus_factor(k);
   st.counters["wrong"] = double(g->wrong);
   st.counters["bytes"] = double(bytes);
+  st.counters["alloc_bytes"] = double(g->ds->alloc_bytes(g->base));
   // The algorithm that ran (auto picks one per size): named in the label with auto's rules; its
   // traffic model is the one used.
   const std::string ran = g->ar->choice(g->n);

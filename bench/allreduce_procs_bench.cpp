@@ -35,6 +35,7 @@ struct ProcRig {
   int rank = 0, k = 1;
   size_t n = 0;
   long wrong = -1;
+  size_t base = 0;  // bytes in use on this rank before the algorithm was made
   double rank_sum = 0;  // this rank's own times over the timed iterations
   long iters = 0;
 
@@ -78,8 +79,8 @@ std::shared_ptr<ProcRig> make_proc_rig(const BenchConfig& cfg, const BackendEntr
   g->k = cfg.procs;
   g->n = bytes / sizeof(float);
   g->dev = make_device(b.name, g->rank, DeviceOptions{1, false, cfg.local_rank});
+  g->dev->memory().set_capacity(cfg.run.device_mem);  // --dpb_device_mem
   g->group = std::make_unique<CommGroup>(make_mpi_transport(*g->dev, g->rank, g->k, cfg.run.link));
-  g->ar = make_allreduce(alg, *g->group, AllReduceOptions{cfg.run.tune_file});
   // Our schedules (the transport's steps) run on the group's memory (shared by the node's
   // processes: the direct path); a library's own collective (MPI_Allreduce, not link_paced) on
   // ordinary memory, as a user's gradients are.
@@ -88,6 +89,8 @@ std::shared_ptr<ProcRig> make_proc_rig(const BenchConfig& cfg, const BackendEntr
                                                               "all-reduce buffer");
   g->dev->fill(g->buf.get(), 0.0f, g->n);
   g->dev->synchronize();
+  g->base = g->dev->memory().current().total();  // what the algorithm allocates from here on
+  g->ar = make_allreduce(alg, *g->group, AllReduceOptions{cfg.run.tune_file});
   g->timer = make_rank_timer(*g->dev, TimedStream::Comm);
   g->one();  // warm-up: first touch, staging buffers, MPI's connections
   return g;
@@ -114,6 +117,11 @@ void bm_allreduce_procs(benchmark::State& st, BenchEnv& env, const std::string& 
     g->group->allgather_host(g->rank, &mine, all.data(), sizeof mine);
     double lo = all[0], hi = all[0], sum = 0;
     for (double x : all) { lo = std::min(lo, x); hi = std::max(hi, x); sum += x; }
+    const size_t peak = g->dev->memory().peak().total();
+    const size_t my_alloc = peak - std::min(peak, g->base);
+    std::vector<size_t> allocs(static_cast<size_t>(k));
+    g->group->allgather_host(g->rank, &my_alloc, allocs.data(), sizeof my_alloc);
+    st.counters["alloc_bytes"] = double(*std::max_element(allocs.begin(), allocs.end()));
     const double mean = st.iterations() > 0 ? total / double(st.iterations()) : 0.0;
     const double algbw = mean > 0 ? double(bytes) / mean / 1e9 : 0.0;
     st.counters["algbw_GBps"] = algbw;

@@ -139,14 +139,22 @@ class CopyRig {
 
 
 // k devices (make_devices: CUDA rank r on GPU r mod cuda_device_count(), shared GPUs when k
-// exceeds it), paced by an emulated link when `link` is enabled (collectives/link.h; CPU only),
-// and a CommGroup over them.
+// exceeds it), each of capacity device_mem bytes (--dpb_device_mem; 0: the device's own), paced
+// by an emulated link when `link` is enabled (collectives/link.h; CPU only), and a CommGroup
+// over them.
 struct DeviceSet {
-  DeviceSet(const BackendEntry& b, int k, int cpu_threads, const LinkSpec& link = {});
+  DeviceSet(const BackendEntry& b, int k, int cpu_threads, const LinkSpec& link = {},
+            size_t device_mem = 0);
   std::vector<std::unique_ptr<Device>> devs;
   std::unique_ptr<CommGroup> group;
   Device& operator[](int r) { return *devs[r]; }
   int size() const { return int(devs.size()); }
+  // Each rank's bytes in use now: the base from which alloc_bytes() counts.
+  std::vector<size_t> in_use() const;
+  // The most any rank's peak rose above its base: what a collective (or a gradient sync) made
+  // after the base was taken allocated for itself, staging and scratch included (the
+  // "alloc_bytes" counter).
+  size_t alloc_bytes(const std::vector<size_t>& base) const;
 };
 
 // Every benchmark name, built here and parsed by scripts/benchnames.py (the one parser the

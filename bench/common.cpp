@@ -38,11 +38,27 @@ std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream) {
       dev.make_timer(stream == TimedStream::Comm ? StreamKind::Comm : StreamKind::Compute));
 }
 
-DeviceSet::DeviceSet(const BackendEntry& b, int k, int cpu_threads, const LinkSpec& link)
+DeviceSet::DeviceSet(const BackendEntry& b, int k, int cpu_threads, const LinkSpec& link,
+                     size_t device_mem)
     : devs(make_devices(b.name, k, cpu_threads)) {
   std::vector<Device*> ptrs;
-  for (auto& d : devs) ptrs.push_back(d.get());
+  for (auto& d : devs) d->memory().set_capacity(device_mem), ptrs.push_back(d.get());
   group = std::make_unique<CommGroup>(k, ptrs, link);  // CUDA + link: refused
+}
+
+std::vector<size_t> DeviceSet::in_use() const {
+  std::vector<size_t> b;
+  for (const auto& d : devs) b.push_back(d->memory().current().total());
+  return b;
+}
+
+size_t DeviceSet::alloc_bytes(const std::vector<size_t>& base) const {
+  size_t most = 0;
+  for (size_t r = 0; r < devs.size(); ++r) {
+    const size_t peak = devs[r]->memory().peak().total();
+    most = std::max(most, peak - std::min(peak, base[r]));
+  }
+  return most;
 }
 
 std::vector<size_t> allreduce_sizes(size_t cap) {
@@ -50,7 +66,7 @@ std::vector<size_t> allreduce_sizes(size_t cap) {
   for (size_t s = 8; s <= cap; s *= 2) sizes.push_back(s);
   for (const ModelEntry& m : models()) {  // the real gradient sizes
     size_t n = 0;
-    for (const auto& p : model_param_layout(m.name)) n += p.size;
+    for (const auto& p : model_param_layout(m.name, ModelOptions{})) n += p.size;  // defaults
     if (n * sizeof(float) <= cap) sizes.push_back(n * sizeof(float));
   }
   std::sort(sizes.begin(), sizes.end());

@@ -52,6 +52,7 @@ struct GsRig {  // declaration order: rank threads joined first, devices release
   size_t P = 0;
   int nparams = 0;
   long wrong = -1;  // -1: not checked yet
+  std::vector<size_t> base;  // each rank's bytes in use before the all-reduce and syncs
 
   void sync_once(int r) {  // every parameter ready in backward's order, then finish()
     syncs[r]->begin_step();
@@ -90,20 +91,25 @@ struct GsRig {  // declaration order: rank threads joined first, devices release
   }
 };
 
-std::shared_ptr<GsRig> make_gs_rig(const BackendEntry& b, const std::string& model, const GradSyncConfig& cfg,
-                                   int k) {
+std::shared_ptr<GsRig> make_gs_rig(const BackendEntry& b, const std::string& model,
+                                   const ModelOptions& mopts, const GradSyncConfig& cfg, int k,
+                                   size_t device_mem) {
   auto g = std::make_shared<GsRig>();
   std::vector<size_t> sizes;
-  for (const auto& p : model_param_layout(model)) sizes.push_back(p.size);
+  for (const auto& p : model_param_layout(model, mopts)) sizes.push_back(p.size);
   for (size_t s : sizes) g->P += s;
   g->nparams = int(sizes.size());
-  g->ds = std::make_unique<DeviceSet>(b, k, 1);
-  g->ar = make_allreduce("ring", *g->ds->group);
+  g->ds = std::make_unique<DeviceSet>(b, k, 1, LinkSpec{}, device_mem);
   for (int r = 0; r < k; ++r) {
     Device& dev = (*g->ds)[r];
     g->grads.emplace_back(dev, g->P, MemCategory::Gradients, "gradients");
     dev.fill(g->grads[r].get(), 0.0f, g->P);
     dev.synchronize();  // CUDA: fill is on the compute stream
+  }
+  g->base = g->ds->in_use();  // what the all-reduce and the syncs allocate from here on
+  g->ar = make_allreduce("ring", *g->ds->group);
+  for (int r = 0; r < k; ++r) {
+    Device& dev = (*g->ds)[r];
     g->syncs.push_back(std::make_unique<GradSync>(cfg, sizes, *g->ar, dev, r, g->grads[r].get()));
     g->timers.push_back(make_rank_timer(dev, TimedStream::Compute));
   }
@@ -118,7 +124,9 @@ void bm_gradsync(benchmark::State& st, BenchEnv& env, const std::string& name, c
                  const std::string& model, const GradSyncConfig& cfg, int k) {
   GsRig* g = nullptr;
   if (!guarded(st, [&] {
-        g = &env.rig<GsRig>(name, [&] { return make_gs_rig(b, model, cfg, k); });
+        g = &env.rig<GsRig>(name, [&] {
+          return make_gs_rig(b, model, env.cfg().run.model_opts, cfg, k, env.cfg().run.device_mem);
+        });
         if (g->wrong < 0) g->wrong = g->check();  // once per benchmark, outside any timing
         for (auto& s : g->syncs) s->reset_times();
       })) {
@@ -136,6 +144,7 @@ void bm_gradsync(benchmark::State& st, BenchEnv& env, const std::string& name, c
   const double algbw = mean > 0 ? bytes / mean / 1e9 : 0.0;
   st.counters["calls"] = double(g->syncs[0]->times().calls) / iters;
   st.counters["bytes"] = bytes;
+  st.counters["alloc_bytes"] = double(g->ds->alloc_bytes(g->base));
   st.counters["algbw_GBps"] = algbw;
   st.counters["busbw_GBps"] = algbw * 2.0 * (k - 1) / k;
   st.counters["wrong"] = double(g->wrong);

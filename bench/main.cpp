@@ -92,10 +92,13 @@ Benchmarks (names are filterable with --benchmark_filter=REGEX):
                                                       every algorithm of the table that runs on
                                                       the backend with k ranks (dpbench train
                                                       --help lists them); counters algbw_GBps,
-                                                      busbw_GBps, wrong, CPU: traffic_GBps,
-                                                      membw_GBps, bw_fraction
+                                                      busbw_GBps, wrong, alloc_bytes (the most
+                                                      device memory the algorithm allocated on
+                                                      a rank beyond the buffer), CPU:
+                                                      traffic_GBps, membw_GBps, bw_fraction
   gradsync/<backend>/<%s>/<per-param|fused|bucket1MB|bucket5MB|bucket25MB>/ranks:<k>
-                                                      counters calls, bytes, busbw_GBps, wrong
+                                                      counters calls, bytes, busbw_GBps, wrong,
+                                                      alloc_bytes (beyond the gradients)
   overlap/<backend>/<%s>/<fused-after|per-param-after|per-param-overlap|
           bucket25MB-overlap>/ranks:<k>               counters compute_s, backward_s,
                                                       exposed_comm_s, exposed_comm_median_s and

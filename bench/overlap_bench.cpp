@@ -110,15 +110,18 @@ std::shared_ptr<OvRig> make_ov_rig(BenchEnv& env, const BackendEntry& b, const s
   const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = env.cfg().run.threads > 0 ? env.cfg().run.threads : std::max(1, hw / k);
   auto devs = make_devices(b.name, k, threads);
+  for (auto& d : devs) d->memory().set_capacity(env.cfg().run.device_mem);  // --dpb_device_mem
   g->ranks = std::make_unique<RankSet>(std::move(devs), "ring", AllReduceOptions{},
                                        env.cfg().run.link);  // no link: not paced
   adapt_barrier_spin(*g->ranks->group, cfg);
-  const std::vector<float> init = init_params(model_param_layout(model), 0);
+  ModelOptions mopts = env.cfg().run.model_opts;  // --dpb_mlp_layers, --dpb_mlp_hidden
+  mopts.mlp_input = kPixels;                        // the batches are 28x28 images
+  const std::vector<float> init = init_params(model_param_layout(model, mopts), 0);
   for (int r = 0; r < k; ++r) {
     Device& dev = (*g->ranks)[r];
     const int lo = int(chunk_begin(gb, k, r));
     g->n.push_back(int(chunk_size(gb, k, r)));
-    g->reps.push_back(make_replica(dev, *g->ranks->group, model, g->n[r], cfg,
+    g->reps.push_back(make_replica(dev, *g->ranks->group, model, mopts, g->n[r], cfg,
                                   *g->ranks->allreduce));
     if (r == 0) dev.upload(g->reps[0].w.get(), init.data(), init.size());
     load_batch(g->reps[r], data.images.data() + size_t(lo) * kPixels, data.labels.data() + lo,

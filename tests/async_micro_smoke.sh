@@ -24,6 +24,9 @@ families = {r["run_name"].split("/")[0] for r in runs}
 assert families == {"membw", "allreduce", "gradsync", "overlap"}, "missing families: %s" % families
 errors = [r["name"] + ": " + r.get("error_message", "") for r in runs if r.get("error_occurred")]
 assert not errors, "benchmarks failed on the async device:\n" + "\n".join(errors)
+missing = [r["name"] for r in runs
+           if r["run_name"].split("/")[0] in ("allreduce", "gradsync") and "alloc_bytes" not in r]
+assert not missing, "no alloc_bytes counter: %s" % missing[:3]
 checked = [r for r in runs if "wrong" in r]
 bad = [(r["name"], r["wrong"]) for r in checked if r["wrong"] != 0]
 assert not bad, "wrong elements on the async device: %s" % bad
@@ -31,3 +34,13 @@ algs = {r["run_name"].split("/")[2] for r in runs if r["run_name"].startswith("a
 print("ok: %d runs on the async device (all-reduce: %s), %d checked, all wrong == 0"
       % (len(runs), ", ".join(sorted(algs)), len(checked)))
 PY
+# --dpb_device_mem: a capacity below the buffer fails that benchmark with the one out-of-memory
+# message (the run goes on and exits 0, as Google Benchmark does for a benchmark's error).
+"$BIN" --dpb_backends=async --benchmark_filter='allreduce/async/ring/ranks:2/bytes:4194304/' \
+       --benchmark_min_time=0.001 --dpb_ranks=2 --dpb_device_mem=1MiB \
+       --benchmark_out="$tmp/oom.json" >"$tmp/oom.log" 2>&1 \
+  || { echo "FAIL: dpbench-micro --dpb_device_mem exited non-zero"; tail -20 "$tmp/oom.log"; exit 1; }
+grep -q "out of memory on async:0: allocating all-reduce buffer (gradients, 4 MiB" "$tmp/oom.log" \
+  || { echo "FAIL: --dpb_device_mem=1MiB did not fail the 4 MiB all-reduce with the OOM message"; \
+       tail -20 "$tmp/oom.log"; exit 1; }
+echo "ok: --dpb_device_mem=1MiB refuses a 4 MiB buffer with the out-of-memory message"

@@ -76,6 +76,9 @@ struct EpochStats {
   // process's) and its breakdown by category at that peak.
   MemoryUsage peak_mem;
   int peak_mem_rank = 0;
+  // Every rank's peak so far (index: rank), gathered by epoch_stats before evaluation: what the
+  // processes of other ranks report (this process's own ranks are read again after it).
+  std::vector<MemoryUsage> rank_peaks;
 };
 
 struct TrainResult {
