@@ -221,6 +221,13 @@ void AsyncDevice::softmax_xent(int n, int classes, const float* logits, const fl
           {{dlogits, dlogits ? nc : 0}}, {{logits, nc}, {labels, size_t(n)}, {stats, 2}});
 }
 
+void AsyncDevice::mse_loss(int n, int classes, const float* pred, const float* labels,
+                           float scale, float* dpred, float* stats) {
+  const size_t nc = size_t(n) * classes;
+  compute([=](Device& d) { d.mse_loss(n, classes, pred, labels, scale, dpred, stats); },
+          {{dpred, dpred ? nc : 0}}, {{pred, nc}, {labels, size_t(n)}, {stats, 2}});
+}
+
 void AsyncDevice::batchnorm_forward_train(const BnShape& s, const float* x, const float* gamma,
                                           const float* beta, float* y, float* running_mean,
                                           float* running_var, float* save_mean,
@@ -259,6 +266,12 @@ void AsyncDevice::axpy(float a, const float* x, float* y, size_t n) {
 
 void AsyncDevice::sgd_step(float* w, const float* g, float lr, size_t n) {
   compute([=](Device& d) { d.sgd_step(w, g, lr, n); }, {}, {});
+}
+
+void AsyncDevice::adam_step(float* w, const float* g, float* m, float* v, size_t n,
+                            const AdamStep& s) {
+  // w, m and v are read and written: nothing to poison.
+  compute([=](Device& d) { d.adam_step(w, g, m, v, n, s); }, {}, {});
 }
 
 // ---- communication: CPU comm ops are stateless, so they run on the comm worker ----

@@ -141,6 +141,8 @@ class AsyncDevice final : public Device {
                       float* dx, float* dw, float* db) override;
   void softmax_xent(int n, int classes, const float* logits, const float* labels, float scale,
                     float* dlogits, float* stats) override;
+  void mse_loss(int n, int classes, const float* pred, const float* labels, float scale,
+                float* dpred, float* stats) override;
   void batchnorm_forward_train(const BnShape& s, const float* x, const float* gamma,
                                const float* beta, float* y, float* running_mean,
                                float* running_var, float* save_mean, float* save_invstd) override;
@@ -152,6 +154,8 @@ class AsyncDevice final : public Device {
                           float* dgamma, float* dbeta) override;
   void axpy(float a, const float* x, float* y, size_t n) override;
   void sgd_step(float* w, const float* g, float lr, size_t n) override;
+  void adam_step(float* w, const float* g, float* m, float* v, size_t n,
+                 const AdamStep& s) override;
 
   void comm_copy(float* dst, const float* src, size_t n) override;
   void comm_reduce(float* dst, const float* src, size_t n) override;

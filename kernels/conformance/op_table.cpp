@@ -220,7 +220,8 @@ OpCase load_data(unsigned flags = 0) {
 
 }  // namespace
 
-// Defined in op_table_more.cpp: softmax cross-entropy, batch norm, communication, allocation.
+// Defined in op_table_more.cpp: softmax cross-entropy, MSE, Adam, batch norm, communication and
+// allocation.
 void add_more_op_cases(std::vector<OpCase>& t);
 
 const std::vector<OpCase>& op_cases() {

@@ -1,5 +1,5 @@
-// op_table_more.cpp: op cases for softmax cross-entropy, batch norm, the communication ops on one
-// device, and allocation (continues op_table.cpp's table).
+// op_table_more.cpp: op cases for softmax cross-entropy, mean squared error, Adam, batch norm, the
+// communication ops on one device, and allocation (continues op_table.cpp's table).
 #include <random>
 
 #include "kernels/conformance/op_case_io.h"
@@ -36,6 +36,71 @@ OpCase softmax_xent(int n, int classes, unsigned flags, bool huge = false) {
     }
     d.softmax_xent(n, classes, z, lab, 1.f, nullptr, stats);
     io.out(o, "stats after eval call", stats, 2, {1e-4f, 1e-5f});
+    return o;
+  };
+  return c;
+}
+
+// Mean squared error against one-hot labels: as softmax_xent's case (kNullDx: eval call only).
+OpCase mse_loss(int n, int classes, unsigned flags) {
+  OpCase c;
+  c.op = "mse_loss";
+  c.shape = dims("pred", {n, classes});
+  c.flags = flags;
+  const size_t nz = size_t(n) * classes;
+  c.inputs = [=] {
+    HostVec p = rand_vec(nz, 55, -0.5f, 1.5f), lab(n);
+    std::mt19937 g(56);
+    for (auto& l : lab) l = float(g() % classes);
+    return Inputs{p, lab};
+  };
+  c.run = [=](Device& d, const Inputs& in) {
+    Io io(d);
+    float *p = io.up(in[0]), *lab = io.up(in[1]), *stats = io.up({1.5f, 2.f});  // accumulates
+    Outputs o;
+    if (!(flags & kNullDx)) {
+      float* dp = io.filled(nz, kGarbage);
+      d.mse_loss(n, classes, p, lab, 1.f / n, dp, stats);
+      io.out(o, "dpred", dp, nz, {1e-7f, 1e-6f});
+      io.out(o, "stats (loss, correct)", stats, 2, {1e-5f, 1e-5f});
+    }
+    d.mse_loss(n, classes, p, lab, 1.f, nullptr, stats);
+    io.out(o, "stats after eval call", stats, 2, {1e-4f, 1e-5f});
+    return o;
+  };
+  return c;
+}
+
+// Three Adam steps (t = 1, 2, 3) on n floats with fresh gradients each, moments from zero; some
+// gradients are 0 (then the first step leaves the weight as it is). At float offset `off`.
+OpCase adam(size_t n, size_t off, unsigned flags = 0) {
+  OpCase c;
+  c.op = "adam_step";
+  c.shape = "n " + std::to_string(n) + (off ? " offset " + std::to_string(off) : "");
+  c.flags = flags;
+  constexpr int kSteps = 3;
+  c.inputs = [=] {
+    Inputs in{rand_vec(n, 91)};
+    for (int t = 0; t < kSteps; ++t) {
+      HostVec g = rand_vec(n, 92 + t, -2.f, 2.f);
+      for (size_t i = 0; i < n; i += 7) g[i] = 0.f;
+      in.push_back(g);
+    }
+    return in;
+  };
+  c.run = [=](Device& d, const Inputs& in) {
+    Io io(d);
+    float *w = io.up(in[0], off), *m = io.filled(n, 0.f, off), *v = io.filled(n, 0.f, off);
+    AdamStep s;
+    s.lr = 0.01;
+    for (int t = 1; t <= kSteps; ++t) {
+      s.t = t;
+      d.adam_step(w, io.up(in[size_t(t)], off), m, v, n, s);
+    }
+    Outputs o;
+    io.out(o, "w", w, n, {1e-7f, 1e-6f});
+    io.out(o, "m", m, n, {1e-7f, 1e-6f});
+    io.out(o, "v", v, n, {1e-9f, 1e-6f});
     return o;
   };
   return c;
@@ -154,6 +219,13 @@ void add_more_op_cases(std::vector<OpCase>& t) {
   t.push_back(softmax_xent(256, 10, 0));
   t.push_back(softmax_xent(6, 5, 0, true));
   t.push_back(softmax_xent(37, 10, kNullDx));
+  t.push_back(mse_loss(37, 10, kSelftest));
+  t.push_back(mse_loss(5, 100, 0));
+  t.push_back(mse_loss(256, 10, 0));
+  t.push_back(mse_loss(37, 10, kNullDx));
+  t.push_back(adam(1027, 0, kSelftest));
+  t.push_back(adam(5, 3, kUnaligned));
+  t.push_back(adam(size_t(1) << 20, 0));
   t.push_back(batchnorm_train(8, 6, 49, kSelftest));
   t.push_back(batchnorm_train(16, 10, 1));
   t.push_back(batchnorm_train(4, 64, 36));

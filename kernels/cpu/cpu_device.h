@@ -9,6 +9,8 @@
 //   batchnorm.cpp    batch norm train / infer / backward
 //   elementwise.cpp  relu, axpy, sgd_step
 //   softmax_xent.cpp softmax cross-entropy loss, gradient and accuracy
+//   mse_loss.cpp     mean squared error loss (one-hot targets), gradient and accuracy
+//   adam.cpp         adam_step
 //
 // Threading: compute ops run on `threads` OpenMP threads of the calling thread (enter() sets the
 // calling thread's OpenMP thread count, which is what oneDNN uses). comm_copy / comm_reduce are
@@ -130,6 +132,8 @@ class CpuDevice final : public Device {
                       float* dx, float* dw, float* db) override;
   void softmax_xent(int n, int classes, const float* logits, const float* labels, float scale,
                     float* dlogits, float* stats) override;
+  void mse_loss(int n, int classes, const float* pred, const float* labels, float scale,
+                float* dpred, float* stats) override;
   void batchnorm_forward_train(const BnShape& s, const float* x, const float* gamma,
                                const float* beta, float* y, float* running_mean, float* running_var,
                                float* save_mean, float* save_invstd) override;
@@ -141,6 +145,8 @@ class CpuDevice final : public Device {
                           float* dgamma, float* dbeta) override;
   void axpy(float a, const float* x, float* y, size_t n) override;
   void sgd_step(float* w, const float* g, float lr, size_t n) override;
+  void adam_step(float* w, const float* g, float* m, float* v, size_t n,
+                 const AdamStep& s) override;
 
   void comm_copy(float* dst, const float* src, size_t n) override;
   void comm_reduce(float* dst, const float* src, size_t n) override;

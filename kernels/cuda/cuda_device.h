@@ -11,7 +11,8 @@
 // The method bodies are split by concern: cuda_device.cpp (construction, memory, staging),
 // cuda_streams.cpp (waits, timers, stream and rank ordering), cuda_comm.cu (comm ops), and by op
 // family: conv_cudnn.cu, dense_cublas.cu, pool.cu, batchnorm_cudnn.cu, softmax_xent.cu,
-// elementwise.cu. The factory functions (cuda_backend.h) are in cuda_backend.cpp.
+// mse_loss.cu, elementwise.cu, adam.cu. The factory functions (cuda_backend.h) are in
+// cuda_backend.cpp.
 #pragma once
 #include <atomic>
 #include <array>
@@ -111,6 +112,8 @@ class CudaDevice final : public Device {
                       float* dx, float* dw, float* db) override;
   void softmax_xent(int n, int classes, const float* logits, const float* labels, float scale,
                     float* dlogits, float* stats) override;
+  void mse_loss(int n, int classes, const float* pred, const float* labels, float scale,
+                float* dpred, float* stats) override;
   void batchnorm_forward_train(const BnShape& s, const float* x, const float* gamma,
                                const float* beta, float* y, float* running_mean,
                                float* running_var, float* save_mean, float* save_invstd) override;
@@ -122,6 +125,8 @@ class CudaDevice final : public Device {
                           float* dgamma, float* dbeta) override;
   void axpy(float a, const float* x, float* y, size_t n) override;
   void sgd_step(float* w, const float* g, float lr, size_t n) override;
+  void adam_step(float* w, const float* g, float* m, float* v, size_t n,
+                 const AdamStep& s) override;
 
   void comm_copy(float* dst, const float* src, size_t n) override;
   void comm_reduce(float* dst, const float* src, size_t n) override;

@@ -12,6 +12,7 @@
 // calls below order them. The async test backend (kernels/async) runs the CPU kernels on one
 // worker thread per stream with random delays, so a missing ordering call fails in CI.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -74,6 +75,24 @@ struct BnShape {  // batch norm over (n, c, hw): statistics per channel c
   float eps = 1e-5f;
   float momentum = 0.1f;  // running = (1 - momentum) * running + momentum * batch (PyTorch/d2l)
   size_t size() const { return size_t(n) * c * hw; }
+};
+
+// One Adam step (torch.optim.Adam, optax.adam): hyperparameters and the 1-based step count t.
+struct AdamStep {
+  double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  long t = 1;
+  // What every backend's kernel applies, as floats computed once on the host in double (as
+  // torch's step_size and bias_correction2_sqrt), so that the backends agree.
+  struct Coeffs {
+    float b1, one_minus_b1, b2, one_minus_b2, eps;
+    float step_size;  // lr / (1 - b1^t)
+    float bc2_sqrt;   // sqrt(1 - b2^t)
+  };
+  Coeffs coeffs() const {
+    const double bc1 = 1.0 - std::pow(b1, double(t)), bc2 = 1.0 - std::pow(b2, double(t));
+    return {float(b1), float(1.0 - b1), float(b2), float(1.0 - b2), float(eps), float(lr / bc1),
+            float(std::sqrt(bc2))};
+  }
 };
 
 // Whatever hands out device memory that a Buffer gives back when it dies (Device, ShmArena).
@@ -140,6 +159,12 @@ class Device : public MemoryOwner {
   // correct argmax predictions (stats is a device buffer of 2 floats). dlogits may be null (eval).
   virtual void softmax_xent(int n, int classes, const float* logits, const float* labels,
                             float scale, float* dlogits, float* stats) = 0;
+  // Mean squared error of predictions (n, classes) against one-hot float labels (n): per row the
+  // mean over classes of (pred - onehot)^2. stats[0] += scale * sum of the rows' losses,
+  // stats[1] += number of correct argmax predictions (as softmax_xent). dpred, when not null (eval
+  // passes null), = scale * 2 (pred - onehot) / classes.
+  virtual void mse_loss(int n, int classes, const float* pred, const float* labels, float scale,
+                        float* dpred, float* stats) = 0;
   // Batch norm, training mode: batch statistics, updates running stats, saves mean and inverse
   // std (c each) for backward. Inference mode uses the running statistics.
   virtual void batchnorm_forward_train(const BnShape& s, const float* x, const float* gamma,
@@ -155,6 +180,11 @@ class Device : public MemoryOwner {
                                   float* dbeta) = 0;
   virtual void axpy(float a, const float* x, float* y, size_t n) = 0;  // y += a * x
   virtual void sgd_step(float* w, const float* g, float lr, size_t n) = 0;  // w -= lr * g
+  // Adam on n floats, its moments m and v (n each, zero before step 1) updated in place:
+  // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= step_size * m / (sqrt(v) / bc2_sqrt + eps)
+  // with s.coeffs()' step_size = lr / (1 - b1^t) and bc2_sqrt = sqrt(1 - b2^t).
+  virtual void adam_step(float* w, const float* g, float* m, float* v, size_t n,
+                         const AdamStep& s) = 0;
 
   // ---- communication (comm stream); src/dst may be a peer device's memory ----
   virtual void comm_copy(float* dst, const float* src, size_t n) = 0;

@@ -64,6 +64,10 @@ class ForwardingDevice : public Device {
                     float* dlogits, float* stats) override {
     in_->softmax_xent(n, classes, logits, labels, scale, dlogits, stats);
   }
+  void mse_loss(int n, int classes, const float* pred, const float* labels, float scale,
+                float* dpred, float* stats) override {
+    in_->mse_loss(n, classes, pred, labels, scale, dpred, stats);
+  }
   void batchnorm_forward_train(const BnShape& s, const float* x, const float* gamma,
                                const float* beta, float* y, float* rm, float* rv, float* sm,
                                float* si) override {
@@ -82,6 +86,10 @@ class ForwardingDevice : public Device {
   void axpy(float a, const float* x, float* y, size_t n) override { in_->axpy(a, x, y, n); }
   void sgd_step(float* w, const float* g, float lr, size_t n) override {
     in_->sgd_step(w, g, lr, n);
+  }
+  void adam_step(float* w, const float* g, float* m, float* v, size_t n,
+                 const AdamStep& s) override {
+    in_->adam_step(w, g, m, v, n, s);
   }
   void comm_copy(float* d, const float* s, size_t n) override { in_->comm_copy(d, s, n); }
   void comm_reduce(float* d, const float* s, size_t n) override { in_->comm_reduce(d, s, n); }
