@@ -84,6 +84,17 @@ def loss_sum(kind, out, y):
     return F.cross_entropy(out, y, reduction="sum")
 
 
+def blas_library():
+    """The BLAS this process loaded (Debian's torch calls libblas.so.3, whose alternative is the
+    reference BLAS unless an optimized one, e.g. libopenblas0-pthread, is installed)."""
+    try:
+        with open("/proc/self/maps") as f:
+            libs = {line.split()[-1] for line in f if "blas" in line.split()[-1]}
+    except OSError:
+        return "unknown"
+    return ", ".join(sorted(os.path.realpath(x) for x in libs)) or "none (MKL or built in)"
+
+
 def peak_bytes(dev):
     if dev.type == "cuda":
         return torch.cuda.max_memory_allocated(dev), "cuda_max_memory_allocated"
@@ -109,6 +120,11 @@ def run(rank, a, port):
         torch.backends.cuda.matmul.allow_tf32 = a.tf32  # dpbench: strict FP32 unless --tf32
     torch.set_num_threads(common.threads(a, k))
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    blas = blas_library() if a.device == "cpu" else "cuBLAS"
+    if rank == 0 and a.device == "cpu" and "/blas/libblas.so" in blas:
+        print(f"torch_mlp: note: PyTorch's CPU matmuls use the reference BLAS ({blas}), about 10x "
+              "slower than an optimized one: sudo apt-get install libopenblas0-pthread (Debian "
+              "switches libblas.so.3 to it)", flush=True)
     if k > 1:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("nccl" if a.device == "cuda" else "gloo", rank=rank, world_size=k)
@@ -159,7 +175,7 @@ def run(rank, a, port):
                           train_examples=n, test_examples=len(Xte), steps=steps,
                           peak_mem_bytes=int(stats[2].item()), peak_mem_source=source,
                           peak_mem_base_bytes=base if source == "peak_rss" else "",
-                          threads=common.threads(a, k), torch=torch.__version__,
+                          threads=common.threads(a, k), torch=torch.__version__, blas=blas,
                           math=common.math_mode(a))
     if k > 1:
         dist.destroy_process_group()

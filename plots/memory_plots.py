@@ -127,9 +127,11 @@ def fit(p, Skip, suite):
             ax.plot(ks, [r["batch_per_device"] for r in pr], "o-", color="C0",
                     label="batch per device")
             ax.plot(ks, [r["global_batch"] for r in pr], "s-", color="C1", label="global batch")
-            for k, r in zip(ks, pr):
-                ax.annotate(str(r["global_batch"]), (k, r["global_batch"]),
-                            textcoords="offset points", xytext=(4, 4), fontsize=7)
+            for k, r in zip(ks, pr):  # at the search's limit (kMaxBatch): larger not tried
+                ax.annotate(str(r["global_batch"]) + (" (search limit: at least)"
+                                                      if r.get("limit_hit") else ""),
+                            (k, r["global_batch"]), textcoords="offset points", xytext=(4, 4),
+                            fontsize=7, ha="right" if r.get("limit_hit") else "left")
             ax.set_ylabel("largest batch that fits")
             if notebook:
                 ax.errorbar([1], [(mr.B27 + mr.B54) / 2], yerr=[[(mr.B54 - mr.B27) / 2],

@@ -61,8 +61,9 @@ FAKE_DPBENCH = textwrap.dedent('''\
                          devices=k, global_batch=gb, train_examples=val("--train-limit", "60000"),
                          test_examples=val("--test-limit", "10000"), epoch=ep, epoch_s=0.5 * ep,
                          quick=1, peak_mem_bytes=total, device_mem_bytes=0)
-                if backend == "meta":
-                    r.update(test_acc="", train_acc="", train_loss="", replicas_in_sync="")
+                if backend == "meta":  # no math: no loss, accuracy or time
+                    r.update(test_acc="", train_acc="", train_loss="", replicas_in_sync="",
+                             epoch_s="", images_per_s="")
                 for c in cats:
                     r[f"peak_mem_{c}_bytes"] = b[c]
                 w.writerow(r)

@@ -508,6 +508,8 @@ def time_to_acc(epochs, target):
     """Training seconds (sum of epoch_s) until test accuracy first reaches target, else None."""
     t = 0.0
     for e in epochs:
+        if e["epoch_s"] is None:  # a planning run (--backend meta): no time
+            return None
         t += e["epoch_s"]
         if target is not None and e["test_acc"] is not None and e["test_acc"] >= target:
             return t
@@ -541,7 +543,8 @@ def summarize(out_dir, family=None):
             e0, last = eps[0], eps[-1]
             t = steady_epoch_s(eps)
             ref = find_reference(runs, key, family)
-            speedup = steady_epoch_s(runs[ref]) / t if ref and t > 0 else None
+            ref_t = steady_epoch_s(runs[ref]) if ref else None  # None: a plan has no time
+            speedup = ref_t / t if ref_t and t else None
             quick = bool(e0["quick"])
             target = targets[suite].target(e0["model"], quick)
             tta = time_to_acc(eps, target)
