@@ -6,6 +6,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/async/async_device.h"
 #include "kernels/cpu/cpu_device.h"
+#include "kernels/meta/meta_device.h"
 
 namespace dpb {
 namespace {
@@ -24,6 +25,11 @@ std::unique_ptr<Device> make_cuda(int rank, const DeviceOptions& o) {
   const int ngpu = cuda_device_count();
   DPB_CHECK(ngpu > 0, "--backend cuda: " << cuda_unavailable());
   return make_cuda_device(rank, (o.gpu >= 0 ? o.gpu : rank) % ngpu, o.tf32);
+}
+
+std::string meta_unavailable() { return ""; }
+std::unique_ptr<Device> make_meta(int rank, const DeviceOptions& o) {
+  return make_meta_device(rank, o.threads);
 }
 
 std::string async_unavailable() { return ""; }
@@ -45,6 +51,11 @@ const std::vector<BackendEntry>& backends() {
        "test backend: the CPU kernels run later on per-stream worker threads with random "
        "delays, as GPU streams would (kernels/async; DPB_ASYNC_SEED replays a run)",
        BackendKind::Async, async_unavailable, make_async},
+      {backend_kind_name(BackendKind::Meta),
+       "planning: allocates and counts what the cpu backend would (same ledger, --device-mem, "
+       "out of memory), runs no math; memory of any model, batch and k in seconds",
+       BackendKind::Meta, meta_unavailable, make_meta, nullptr, /*emulated_link=*/false,
+       /*runs_math=*/false},
   };
   return table;
 }

@@ -31,6 +31,9 @@ struct BackendEntry {
   // Its devices can be paced by the emulated link (collectives/link.h): their comm ops complete
   // on the calling host thread. GPU transfers use the real interconnect.
   bool emulated_link = false;
+  // Its ops compute (false: the meta backend, which only allocates and counts memory): the
+  // trainer then walks the schedule and reports memory, no loss, accuracy or time.
+  bool runs_math = true;
 };
 
 const std::vector<BackendEntry>& backends();

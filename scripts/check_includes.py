@@ -19,6 +19,7 @@ RULES = {
     "kernels/cpu": ["src/core/"],
     "kernels/async": ["src/core/", "kernels/cpu/"],  # runs the CPU kernels on stream workers
     "kernels/cuda": ["src/core/"],
+    "kernels/meta": ["src/core/", "kernels/cpu/"],  # charges the CPU backend's conv workspaces
     "kernels": ["src/core/", "kernels/"],  # backends.h/machine_info: every backend's factory
     "kernels/conformance": ["src/core/", "kernels/"],
     "collectives": ["src/core/"],

@@ -110,7 +110,8 @@ TEST(Tables, TuningTablesNameKindsAndRefuseThePicker) {
     return head + "\"" + backend + R"(", "ranks": 2, "rules": [{"up_to_bytes": null, "algorithm": ")" +
            algorithm + "\"}]}]}";
   };
-  EXPECT_NE(error_of(table("tpu", "ring")).find("unknown backend 'tpu' (valid: cpu, cuda, async)"),
+  EXPECT_NE(error_of(table("tpu", "ring"))
+                .find("unknown backend 'tpu' (valid: cpu, cuda, async, meta)"),
             std::string::npos);
   EXPECT_NE(error_of(table("cpu", "auto")).find("(valid: every --allreduce choice but auto: naive"),
             std::string::npos);

@@ -66,6 +66,7 @@ void add_cuda_backends(const BackendEntry& e, std::vector<OpBackend>& b) {
 std::vector<OpBackend> op_backends() {
   std::vector<OpBackend> b;
   for (const BackendEntry& e : backends()) {
+    if (!e.runs_math) continue;  // the meta backend computes nothing to compare
     if (e.kind == BackendKind::Cuda) {
       if (cuda_built()) add_cuda_backends(e, b);
       continue;

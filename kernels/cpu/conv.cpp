@@ -4,15 +4,14 @@
 // picks its fastest (usually channel-blocked, nChw16c) layouts; plain <-> blocked reorders run
 // per call (cheaper than plain-format or nhwc convolution; figures in docs/decisions.md).
 // Primitives and reorders are created once per shape and cached in the device; the blocked
-// copies and the (user-mode) scratchpad live in device-wide workspaces reused by every shape.
+// copies and the (user-mode) scratchpad live in device-wide workspaces reused by every shape. The
+// descriptors and each call's workspace requests come from conv_workspace.h, which the meta
+// backend charges alike; a call reserves its requests before it runs.
 #include "kernels/cpu/cpu_device.h"
 #include "src/core/check.h"
 
 namespace dpb {
 namespace {
-
-using tag = dnnl::memory::format_tag;
-constexpr dnnl::memory::data_type f32 = dnnl::memory::data_type::f32;
 
 cpu::ConvOperand make_operand(const dnnl::engine& eng, const dnnl::memory::desc& user_md,
                               const dnnl::memory::desc& prim_md, bool input, cpu::ConvSlot slot) {
@@ -66,22 +65,11 @@ cpu::ConvPrims& CpuDevice::conv_prims(const ConvShape& s) {
                 s.oh() > 0 && s.ow() > 0,
             "cpu:" << rank_ << ": conv2d: invalid shape " << s);
   auto p = std::make_unique<cpu::ConvPrims>();
-  p->x_md = dnnl::memory::desc({s.n, s.c, s.h, s.w}, f32, tag::nchw);
-  p->w_md = dnnl::memory::desc({s.k, s.c, s.r, s.s}, f32, tag::oihw);
-  p->b_md = dnnl::memory::desc({s.k}, f32, tag::x);
-  p->y_md = dnnl::memory::desc({s.n, s.k, s.oh(), s.ow()}, f32, tag::nchw);
-  dnnl::memory::desc xa({s.n, s.c, s.h, s.w}, f32, tag::any), wa({s.k, s.c, s.r, s.s}, f32, tag::any),
-      ya({s.n, s.k, s.oh(), s.ow()}, f32, tag::any);
-  const dnnl::memory::dims strides{s.stride, s.stride}, pad{s.pad, s.pad};
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  using dnnl::algorithm;
+  const cpu::ConvUserDescs u = cpu::conv_user_descs(s);
+  p->x_md = u.x, p->w_md = u.w, p->b_md = u.b, p->y_md = u.y;
 
   // Forward (also the hint for both backward directions).
-  dnnl::convolution_forward::primitive_desc fpd(
-      {dnnl::prop_kind::forward_training, algorithm::convolution_direct, xa, wa, p->b_md, ya,
-       strides, pad, pad},
-      attr, eng_);
+  const cpu::ConvFwdPd fpd = cpu::conv_forward_pd(s, eng_);
   p->fwd_pd = fpd;
   p->fwd.emplace(fpd);
   p->fwd_x = make_operand(eng_, p->x_md, fpd.src_desc(), true, cpu::kSlotX);
@@ -90,14 +78,14 @@ cpu::ConvPrims& CpuDevice::conv_prims(const ConvShape& s) {
   p->fwd_y = make_operand(eng_, p->y_md, fpd.dst_desc(), false, cpu::kSlotY);
   p->fwd_scratch = dnnl::memory(fpd.scratchpad_desc(), eng_, DNNL_MEMORY_NONE);
 
-  dnnl::convolution_backward_weights::primitive_desc wpd(
-      {algorithm::convolution_direct, xa, wa, p->b_md, ya, strides, pad, pad}, attr, eng_, fpd);
+  const cpu::ConvBwdWeightsPd wpd = cpu::conv_backward_weights_pd(s, eng_, fpd);
   p->bwd_weights.emplace(wpd);
   p->bw_x = make_operand(eng_, p->x_md, wpd.src_desc(), true, cpu::kSlotX);
   p->bw_dy = make_operand(eng_, p->y_md, wpd.diff_dst_desc(), true, cpu::kSlotY);
   p->bw_dw = make_operand(eng_, p->w_md, wpd.diff_weights_desc(), false, cpu::kSlotW);
   p->bw_db = make_operand(eng_, p->b_md, wpd.diff_bias_desc(), false, cpu::kSlotB);
   p->bw_scratch = dnnl::memory(wpd.scratchpad_desc(), eng_, DNNL_MEMORY_NONE);
+  p->ws = cpu::conv_workspace(u, fpd, wpd);
   // Backward-data is created on first use: the first layer never needs it.
   return *conv_cache_.emplace(key, std::move(p)).first->second;
 }
@@ -108,6 +96,7 @@ void CpuDevice::conv2d_forward(const ConvShape& s, const float* x, const float* 
   DPB_CHECK(x && w && b && y, "cpu:" << rank_ << ": conv2d_forward " << s << ": null buffer");
   try {
     cpu::ConvPrims& p = conv_prims(s);
+    cpu::reserve_workspace(ws_, p.ws.forward, ledger_);  // what the meta backend charges too
     p.fwd->execute(strm_, {{DNNL_ARG_SRC, conv_input(p.fwd_x, x)},
                            {DNNL_ARG_WEIGHTS, conv_input(p.fwd_w, w)},
                            {DNNL_ARG_BIAS, conv_input(p.fwd_b, b)},
@@ -130,20 +119,15 @@ void CpuDevice::conv2d_backward(const ConvShape& s, const float* x, const float*
     const dnnl::memory* dy_done = nullptr;  // dy already reordered into the Y slot by backward-data
     if (dx) {
       if (!p.bwd_data) {
-        dnnl::memory::desc xa({s.n, s.c, s.h, s.w}, f32, tag::any),
-            wa({s.k, s.c, s.r, s.s}, f32, tag::any), ya({s.n, s.k, s.oh(), s.ow()}, f32, tag::any);
-        const dnnl::memory::dims strides{s.stride, s.stride}, pad{s.pad, s.pad};
-        dnnl::primitive_attr attr;
-        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-        dnnl::convolution_backward_data::primitive_desc pd(
-            {dnnl::algorithm::convolution_direct, xa, wa, ya, strides, pad, pad}, attr, eng_,
-            *p.fwd_pd);
+        const cpu::ConvBwdDataPd pd = cpu::conv_backward_data_pd(s, eng_, *p.fwd_pd);
         p.bwd_data.emplace(pd);
         p.bd_w = make_operand(eng_, p.w_md, pd.weights_desc(), true, cpu::kSlotW);
         p.bd_dy = make_operand(eng_, p.y_md, pd.diff_dst_desc(), true, cpu::kSlotY);
         p.bd_dx = make_operand(eng_, p.x_md, pd.diff_src_desc(), false, cpu::kSlotX);
         p.bd_scratch = dnnl::memory(pd.scratchpad_desc(), eng_, DNNL_MEMORY_NONE);
+        p.ws.backward_data = cpu::conv_backward_data_workspace({p.x_md, p.w_md, p.b_md, p.y_md}, pd);
       }
+      cpu::reserve_workspace(ws_, p.ws.backward_data, ledger_);
       dnnl::memory& dy_m = conv_input(p.bd_dy, dy);
       p.bwd_data->execute(strm_, {{DNNL_ARG_DIFF_DST, dy_m},
                                   {DNNL_ARG_WEIGHTS, conv_input(p.bd_w, w)},
@@ -152,6 +136,7 @@ void CpuDevice::conv2d_backward(const ConvShape& s, const float* x, const float*
       conv_finish(p.bd_dx);  // frees the X and W slots for backward-weights
       if (prim_desc(p.bd_dy) == prim_desc(p.bw_dy)) dy_done = &dy_m;
     }
+    cpu::reserve_workspace(ws_, p.ws.backward_weights, ledger_);
     const dnnl::memory& dy_w = dy_done ? *dy_done : conv_input(p.bw_dy, dy);
     p.bwd_weights->execute(strm_, {{DNNL_ARG_SRC, conv_input(p.bw_x, x)},
                                    {DNNL_ARG_DIFF_DST, dy_w},

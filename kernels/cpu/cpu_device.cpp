@@ -27,31 +27,6 @@ std::ostream& operator<<(std::ostream& os, const BnShape& s) {
   return os << "bn(n=" << s.n << " c=" << s.c << " hw=" << s.hw << ")";
 }
 
-namespace cpu {
-
-HostBuf::~HostBuf() {
-  std::free(p_);
-  if (ledger_) ledger_->unreserve(bytes_, MemCategory::Workspace);
-}
-
-void* HostBuf::get(size_t bytes, const char* what, MemoryLedger& ledger) {
-  if (bytes > bytes_) {
-    const size_t want = (bytes + 4095) / 4096 * 4096;
-    std::free(p_);
-    p_ = nullptr;
-    ledger.unreserve(bytes_, MemCategory::Workspace);
-    bytes_ = 0;
-    ledger.reserve(want, MemCategory::Workspace, what);  // throws past the capacity
-    ledger_ = &ledger;
-    p_ = std::aligned_alloc(4096, want);
-    if (!p_) ledger.fail(want, MemCategory::Workspace, what, "the host heap refused it");
-    bytes_ = want;
-  }
-  return p_;
-}
-
-}  // namespace cpu
-
 CpuDevice::CpuDevice(int rank, int threads)
     : rank_(rank), threads_(threads), ledger_("cpu:" + std::to_string(rank)),
       eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {

@@ -4,6 +4,7 @@
 // The class is declared here and defined across kernels/cpu/*.cpp, one op family per file:
 //   cpu_device.cpp   construction, memory ops, communication ops, factory
 //   conv.cpp         conv2d forward / backward (oneDNN primitives cached per shape)
+//   conv_workspace.cpp  conv primitive descriptors and workspaces (shared with kernels/meta)
 //   dense.cpp        dense forward / backward (dnnl_sgemm)
 //   pool.cpp         average pooling, global average pooling
 //   batchnorm.cpp    batch norm train / infer / backward
@@ -27,6 +28,7 @@
 #include <ostream>
 #include <string>
 
+#include "kernels/cpu/conv_workspace.h"
 #include "src/core/device.h"
 
 namespace dpb {
@@ -39,28 +41,6 @@ namespace cpu {
 
 // Loops shorter than this run on the calling thread only (an OpenMP fork costs a few µs).
 constexpr size_t kParallelMin = size_t(1) << 15;
-
-// A growable, 4 KiB-aligned host buffer (the conv workspaces and scratchpad), charged to the
-// device's ledger as workspace. Contents are not preserved when it grows.
-class HostBuf {
- public:
-  HostBuf() = default;
-  HostBuf(const HostBuf&) = delete;
-  HostBuf& operator=(const HostBuf&) = delete;
-  ~HostBuf();
-  // At least `bytes`, grown as needed (throws OutOfMemory past the ledger's capacity).
-  void* get(size_t bytes, const char* what, MemoryLedger& ledger);
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-  MemoryLedger* ledger_ = nullptr;  // the ledger bytes_ are charged to
-};
-
-// Device-wide workspaces shared by every conv shape (ops on a device are serial, so a blocked
-// copy is only live during one call): one per tensor role, plus the oneDNN scratchpad.
-enum ConvSlot { kSlotX, kSlotY, kSlotW, kSlotB, kSlotScratch, kNumSlots };
 
 // One argument of a cached conv primitive: the user's plain (nchw / oihw / x) memory, re-pointed
 // at the caller's buffer on each call, and, when oneDNN chose a blocked layout for speed, the
@@ -84,6 +64,7 @@ struct ConvPrims {
   std::optional<dnnl::convolution_backward_weights> bwd_weights;
   ConvOperand bw_x, bw_dy, bw_dw, bw_db;
   dnnl::memory fwd_scratch, bd_scratch, bw_scratch;  // handles set per call
+  ConvWorkspace ws;  // each call's workspace requests (conv_workspace.h), reserved before it runs
 };
 
 using ConvKey = std::array<int, 9>;  // n, c, h, w, k, r, s, pad, stride

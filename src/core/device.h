@@ -10,7 +10,8 @@
 // stream. On the CPU backend both are synchronous on the calling thread (the comm "stream" is the
 // rank's communication thread when overlap is on); on CUDA they are real streams, and the event
 // calls below order them. The async test backend (kernels/async) runs the CPU kernels on one
-// worker thread per stream with random delays, so a missing ordering call fails in CI.
+// worker thread per stream with random delays, so a missing ordering call fails in CI. The meta
+// backend (kernels/meta) allocates and counts memory as the CPU backend does and runs nothing.
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -23,19 +24,20 @@
 
 namespace dpb {
 
-enum class BackendKind { Cpu, Cuda, Async };
+enum class BackendKind { Cpu, Cuda, Async, Meta };
 enum class StreamKind { Compute, Comm };
 
 // Every kind, and its one name: the --backend value of its entry in the backend table
 // (kernels/backends.cpp names its entries with it), so that layers below the table (collectives,
 // tuning tables) can name a kind without seeing the table.
 inline constexpr BackendKind kBackendKinds[] = {BackendKind::Cpu, BackendKind::Cuda,
-                                                BackendKind::Async};
+                                                BackendKind::Async, BackendKind::Meta};
 inline const char* backend_kind_name(BackendKind k) {
   switch (k) {
     case BackendKind::Cpu: return "cpu";
     case BackendKind::Cuda: return "cuda";
     case BackendKind::Async: return "async";
+    case BackendKind::Meta: return "meta";
   }
   return "?";
 }
