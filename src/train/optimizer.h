@@ -1,0 +1,41 @@
+// optimizer.h: the table of optimizers (--optimizer). Each entry makes the per-replica optimizer
+// over a Device; the optimizer allocates its state there (MemCategory::OptimizerState, so the
+// memory ledger and the planner see it) and updates the flat parameter buffer from the summed
+// gradients with the Device's ops (sgd_step, adam_step), on the compute stream. Every replica
+// takes the same steps from the same gradients, so the replicas stay in sync.
+//   const OptimizerEntry& e = find_optimizer("adam");
+//   std::unique_ptr<Optimizer> opt = e.make(dev, num_params);
+//   opt->step(w, g, lr);  // once per training step
+// Adding an optimizer: a Device op if it needs one (kernels/), one Optimizer subclass and one
+// entry in optimizer.cpp.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/core/device.h"
+
+namespace dpb {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update of the optimizer's n parameters w from their gradient g at learning rate lr.
+  virtual void step(float* w, const float* g, float lr) = 0;
+};
+
+struct OptimizerEntry {
+  std::string name;  // --optimizer value
+  std::string help;  // one line for --help
+  // Floats of optimizer state per parameter (Adam: 2, its moments m and v).
+  int state_floats = 0;
+  // The optimizer of n parameters on dev, its state allocated there and zero.
+  std::unique_ptr<Optimizer> (*make)(Device& dev, size_t n);
+};
+
+const std::vector<OptimizerEntry>& optimizers();
+// The entry called name; throws dpb::Error "--optimizer: unknown optimizer 'x' (valid: ...)".
+const OptimizerEntry& find_optimizer(const std::string& name);
+
+}  // namespace dpb
