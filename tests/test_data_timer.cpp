@@ -54,7 +54,7 @@ TEST(DataTimer, BeginsAfterTheHostGather) {
                   split.images.begin() + size_t(i + 1) * kPixels);
 
   RankSet ranks(make_devices("cpu", 1, 1, false), "ring");
-  Replica rep = make_replica(ranks[0], *ranks.group, "lenet", int(idx.size()), GradSyncConfig{},
+  Replica rep = make_replica(ranks[0], *ranks.group, "lenet", ModelOptions{}, int(idx.size()), GradSyncConfig{},
                              *ranks.allreduce);
   auto probe = std::make_unique<ProbeTimer>(rep, expect);
   ProbeTimer* p = probe.get();

@@ -142,7 +142,7 @@ void expect_all_accounted(const std::string& model, int k, int batch) {
     return d;
   };
   size_t P = 0;
-  for (const ParamInfo& p : model_param_layout(model)) P += p.size;
+  for (const ParamInfo& p : model_param_layout(model, ModelOptions{})) P += p.size;
   const int shard = (batch + k - 1) / k;
   const TrainResult res = train(cfg, data, [&](const EpochStats& st, const TrainResult&) {
     for (int r = 0; r < k; ++r) {  // the other ranks wait at the end of the epoch

@@ -21,7 +21,7 @@ struct Harness {
   Buffer w, g, x, y, dlogits, stats;
   int n;
   Harness(const std::string& name, int n_, double wscale) : n(n_) {
-    model = make_model(name, *dev, n);
+    model = make_model(name, *dev, n, ModelOptions{});
     size_t P = model->num_floats();
     std::mt19937 rng(123);
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -124,16 +124,16 @@ void check_fd(Harness& h, int samples_per_param, float eps, double atol, double 
 }  // namespace
 
 TEST(Models, LayoutsMatchTheSeeds) {
-  auto lenet = model_param_layout("lenet");
+  auto lenet = model_param_layout("lenet", ModelOptions{});
   ASSERT_EQ(lenet.size(), 8u);
   EXPECT_EQ(lenet[0].shape, (std::vector<int>{20, 1, 3, 3}));
   EXPECT_EQ(lenet[4].shape, (std::vector<int>{800, 128}));
   EXPECT_EQ(lenet.back().offset + lenet.back().size, 129068u);
-  auto resnet = model_param_layout("resnet18");
+  auto resnet = model_param_layout("resnet18", ModelOptions{});
   size_t total = resnet.back().offset + resnet.back().size;
   // d2l ResNet-18 with conv biases and 1x1 projections (no BN on the projection) for 1 channel in.
   EXPECT_EQ(total, 11175818u);
-  EXPECT_THROW(model_param_layout("vgg"), std::exception);
+  EXPECT_THROW(model_param_layout("vgg", ModelOptions{}), std::exception);
 }
 
 TEST(Models, LeNetGradientMatchesFiniteDifferences) {

@@ -23,7 +23,7 @@ StepProfile fake_lenet() {
   p.forward_s = 1.0;
   p.backward_s = 2.0;
   p.optimizer_s = 0.5;
-  const auto layout = model_param_layout("lenet");
+  const auto layout = model_param_layout("lenet", ModelOptions{});
   const int n = int(layout.size());
   for (int i = 0; i < n; ++i)
     p.params.push_back({layout[i].name, layout[i].size, 2.0 * double(n - i) / n});
@@ -123,9 +123,9 @@ TEST(Projection, ProfileJsonRoundTripAndErrors) {
 }
 
 TEST(Projection, MeasuredProfileHasEveryGradientInsideBackward) {
-  const StepProfile p = measure_profile("lenet", "cpu", 1, 8, 1, /*ranks=*/2);
+  const StepProfile p = measure_profile("lenet", ModelOptions{}, "cpu", 1, 8, 1, /*ranks=*/2);
   EXPECT_EQ(p.ranks, 2);
-  ASSERT_EQ(p.params.size(), model_param_layout("lenet").size());
+  ASSERT_EQ(p.params.size(), model_param_layout("lenet", ModelOptions{}).size());
   for (const auto& q : p.params) {
     EXPECT_GE(q.ready_s, 0.0) << q.name;
     EXPECT_LE(q.ready_s, p.backward_s) << q.name;

@@ -53,7 +53,7 @@ TEST(Tables, BackendFieldsReplaceNameTests) {
   EXPECT_NE(find_backend("cuda").physical_devices, nullptr);   // the GPUs
   EXPECT_EQ(emulated_link_backends(), "cpu");
   // The model layout asks no backend by name, and the profile refuses an unknown backend.
-  EXPECT_FALSE(model_param_layout("lenet").empty());
+  EXPECT_FALSE(model_param_layout("lenet", ModelOptions{}).empty());
 }
 
 TEST(Tables, LauncherEnumAndLinkPacing) {
@@ -125,7 +125,8 @@ TEST(Tables, ProfileBackendIsAnEntry) {
   p.threads = 1;
   p.batch = 4;
   p.steps = 1;
-  for (const ParamInfo& q : model_param_layout("lenet")) p.params.push_back({q.name, q.size, 0.0});
+  for (const ParamInfo& q : model_param_layout("lenet", ModelOptions{}))
+    p.params.push_back({q.name, q.size, 0.0});
   nlohmann::json j = profile_to_json(p);
   EXPECT_NO_THROW(profile_from_json(j, "p.json"));
   j["backend"] = "tpu";

@@ -74,7 +74,7 @@ TEST(Train, DataParallelMatchesOneDevice) {
 TEST(Train, ParametersActuallyChange) {
   if (!have_data()) GTEST_SKIP() << "Fashion-MNIST not installed";
   auto res = train(small(1, "ring", SyncMode::Fused, false), data());
-  auto init = init_params(model_param_layout("lenet"), 7);
+  auto init = init_params(model_param_layout("lenet", ModelOptions{}), 7);
   EXPECT_GT(rel_l2(res.final_params, init), 1e-3);
 }
 

@@ -30,6 +30,7 @@
 #include "src/cli/run_options_cli.h"
 #include "src/train/train_csv.h"
 #include "src/train/run_options.h"
+#include "src/train/run_data.h"
 #include "src/train/trainer.h"
 #include "kernels/cuda/cuda_backend.h"
 
@@ -70,7 +71,7 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
   if (!csv.empty()) csv_out.emplace(csv, train_csv_header());
   if (!dump.empty()) check_output_path(dump);
   cfg.backend = pick_backend(cfg.backend, root);
-  Dataset data = load_fashion_mnist(resolve_data_dir(data_dir), train_limit, test_limit);
+  Dataset data = load_run_data(cfg, data_dir, train_limit, test_limit);
   validate(cfg, data);
   const bool quick = train_limit > 0 || test_limit > 0;
   if (!quiet)
@@ -183,10 +184,11 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   a.cfg.backend = kAutoBackend;  // train's default; project measures on cpu unless told
   a.run = std::make_unique<CliRunOptions>(
       tr, a.cfg,
-      std::vector<std::string>{"model", "backend", "devices", "batch", "lr", "epochs",
-                               "warmup-epochs", "allreduce", "tune-file", "grad-sync", "overlap",
-                               "bucket-mb", "seed", "threads", "link-gbps", "link-latency-us",
-                               "tf32", "device-mem", "train-limit", "test-limit", "data-dir"});
+      std::vector<std::string>{"model", "mlp-layers", "mlp-hidden", "mlp-input", "data", "backend",
+                               "devices", "batch", "lr", "epochs", "warmup-epochs", "allreduce",
+                               "tune-file", "grad-sync", "overlap", "bucket-mb", "seed", "threads",
+                               "link-gbps", "link-latency-us", "tf32", "device-mem", "train-limit",
+                               "test-limit", "data-dir"});
   tr->add_option("--csv", a.csv,
                  "append one row per epoch to this CSV as each epoch ends (header written once)");
   tr->add_option("--dump-params", a.dump,
@@ -203,6 +205,7 @@ int train_main(TrainArgs& t) {
   try {
     env = detect_launch_env();
     t.run->apply();  // every value checked by the shared table, before any work
+    settle_data_features(t.cfg, t.run->given("mlp-input"));  // Fashion-MNIST: the MLP takes 784
     if (env.processes) {
       mpi.emplace();
       t.cfg.procs = {mpi->size(), mpi->rank(), mpi->local_rank(), mpi->local_size()};

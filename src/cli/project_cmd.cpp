@@ -30,9 +30,10 @@ CLI::App* add_project_command(CLI::App& app, ProjectArgs& a) {
   // device the profile is measured on, --train-limit the training examples per epoch (0: all).
   a.opts = std::make_unique<CliRunOptions>(
       p, a.run,
-      std::vector<std::string>{"model", "backend", "devices", "batch", "allreduce", "tune-file",
-                               "grad-sync", "overlap", "bucket-mb", "link-gbps",
-                               "link-latency-us", "train-limit", "threads"});
+      std::vector<std::string>{"model", "mlp-layers", "mlp-hidden", "mlp-input", "backend",
+                               "devices", "batch", "allreduce", "tune-file", "grad-sync",
+                               "overlap", "bucket-mb", "link-gbps", "link-latency-us",
+                               "train-limit", "threads"});
   p->add_option("--cores", a.cores,
                 "CPU profiles: cores the ranks share (-1: this machine's; 0: a device per rank)")
       ->check(CLI::Range(-1, 1 << 20))->capture_default_str();
@@ -88,7 +89,8 @@ int run_project(ProjectArgs& a) {
     std::fprintf(stderr, "dpbench project: measuring %s on %d %s device(s) side by side, %d "
                          "image(s), %d thread(s) each, %d step(s)\n", model.c_str(), ranks,
                  backend.name.c_str(), shard, threads, a.profile_steps);
-    prof = measure_profile(model, backend.name, threads, shard, a.profile_steps, ranks);
+    prof = measure_profile(model, run.model_opts, backend.name, threads, shard, a.profile_steps,
+                           ranks);
   }
   if (!a.profile_out.empty()) write_file_atomic(a.profile_out, profile_to_json(prof).dump(1) + "\n");
   const Projection p = project(prof, cfg);

@@ -16,14 +16,23 @@
 
 namespace dpb {
 
+// n examples of rows * cols uint8 features each (scaled by 1/255 when loaded onto a device):
+// images of 28x28 pixels, or flat vectors (rows 1: --data synthetic's MLP inputs).
 struct Split {
   int n = 0, rows = 28, cols = 28;
-  std::vector<uint8_t> images;  // n * rows * cols, row-major per image
+  std::vector<uint8_t> images;  // n * rows * cols, row-major per image; repeated: one example
   std::vector<uint8_t> labels;  // n, each in [0, 9]
+  // Every example is the same features, stored once (synthetic data: a batch of ones of any size
+  // costs one example of host memory).
+  bool repeated = false;
+  int features() const { return rows * cols; }
+  const uint8_t* example(int i) const {
+    return images.data() + (repeated ? 0 : size_t(i) * size_t(features()));
+  }
 };
 
 struct Dataset {
-  std::string dir;  // the directory it came from
+  std::string dir;  // the directory it came from ("synthetic" for src/data/synthetic.h's)
   Split train, test;
 };
 

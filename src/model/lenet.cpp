@@ -79,7 +79,7 @@ class LeNet final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_lenet(Device& dev, int max_batch) {
+std::unique_ptr<Model> make_lenet(Device& dev, int max_batch, const ModelOptions&) {
   return std::make_unique<LeNet>(dev, max_batch);
 }
 

@@ -1,5 +1,5 @@
-// model.h: the models dpbench trains (LeNet and ResNet-18 as in d2l 12.5 and 12.6), written once
-// over the Device interface so every backend runs the same network.
+// model.h: the models dpbench trains (LeNet and ResNet-18 as in d2l 12.5 and 12.6, the sharding
+// notebook's MLP), written once over the Device interface so every backend runs the same network.
 //
 // A Model instance is one replica bound to one device: it owns that device's activation buffers
 // (sized for max_batch) and per-device state (BatchNorm running statistics, which are not
@@ -16,7 +16,10 @@
 
 namespace dpb {
 
-enum class Init { Normal001, Zero, One };  // N(0, 0.01) weights, zero biases/betas, one gammas
+// N(0, 0.01) weights (d2l), zero biases/betas, one gammas; LecunNormal: flax nn.Dense's default
+// kernel init, a normal truncated to 2 standard deviations, variance 1 / fan_in (fan_in: the
+// product of every dimension but the last).
+enum class Init { Normal001, Zero, One, LecunNormal };
 
 // Options of the models that take them (--mlp-layers, --mlp-hidden, --mlp-input); the others
 // ignore them. The MLP's defaults are the sharding notebook's (../shared/seeds/004): 90 hidden
@@ -54,8 +57,11 @@ class Model {
   size_t num_floats() const { return table_.total(); }
   std::vector<size_t> param_sizes() const;
   int max_batch() const { return max_batch_; }
+  // Input features per example: 784 for the 28x28 image models, the MLP's --mlp-input.
+  virtual int input_size() const { return 28 * 28; }
 
-  // Forward on n <= max_batch images x (n, 1, 28, 28) on the device; returns the logits (n, 10).
+  // Forward on n <= max_batch examples x (n, input_size()) on the device (images: (n, 1, 28, 28));
+  // returns the logits (n, 10).
   // train selects batch statistics (and saves what backward needs) vs running statistics.
   virtual const float* forward(const float* w, const float* x, int n, bool train) = 0;
   // Backward of the last training forward, from dlogits (n, 10). Writes every parameter's gradient
@@ -79,7 +85,8 @@ class Model {
 struct ModelEntry {
   std::string name;  // --model value
   std::string help;  // one line for --help
-  std::unique_ptr<Model> (*make)(Device& dev, int max_batch);
+  // opts: the model's options (ModelOptions); models without any ignore them.
+  std::unique_ptr<Model> (*make)(Device& dev, int max_batch, const ModelOptions& opts);
   // dpbench-micro's overlap family: the global batch it times by default (--dpb_<name>_batch):
   // large enough to time a step, small enough for seconds per step on a CPU.
   int bench_batch = 256;
@@ -87,13 +94,16 @@ struct ModelEntry {
 const std::vector<ModelEntry>& models();
 
 // name: an entry of models(); throws dpb::Error naming the value otherwise.
-std::unique_ptr<Model> make_model(const std::string& name, Device& dev, int max_batch);
+std::unique_ptr<Model> make_model(const std::string& name, Device& dev, int max_batch,
+                                  const ModelOptions& opts);
 bool is_model_name(const std::string& name);
 // The parameter layout without allocating anything on a device (for planning and benchmarks).
-std::vector<ParamInfo> model_param_layout(const std::string& name);
+std::vector<ParamInfo> model_param_layout(const std::string& name, const ModelOptions& opts);
+// Model::input_size() of that model, without a device either.
+int model_input_size(const std::string& name, const ModelOptions& opts);
 
-// Deterministic host initialization from the seed (N(0, 0.01) by Box-Muller over splitmix64, so
-// the same on every platform and for every device count).
+// Deterministic host initialization from the seed (normals by Box-Muller over splitmix64, so the
+// same on every platform and for every device count).
 std::vector<float> init_params(const std::vector<ParamInfo>& params, uint64_t seed);
 
 // Deterministic helpers shared by the trainer and the tests.

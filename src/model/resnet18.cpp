@@ -192,7 +192,7 @@ class ResNet18 final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_resnet18(Device& dev, int max_batch) {
+std::unique_ptr<Model> make_resnet18(Device& dev, int max_batch, const ModelOptions&) {
   return std::make_unique<ResNet18>(dev, max_batch);
 }
 

@@ -24,7 +24,6 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 constexpr int kClasses = 10;
-constexpr int kPixels = 28 * 28;
 constexpr const char* kFormat = "dpbench-profile/1";
 
 std::string cpu_model_name() {
@@ -51,20 +50,22 @@ struct RawSteps {
 };
 
 // `step_start` is called before every step (all replicas start together).
-RawSteps measure_one(const std::string& model, const BackendEntry& backend, int threads, int batch,
-                     int steps, int rank, const std::function<void()>& step_start) {
+RawSteps measure_one(const std::string& model, const ModelOptions& opts, const BackendEntry& backend,
+                     int threads, int batch, int steps, int rank,
+                     const std::function<void()>& step_start) {
   auto dev = make_device(backend, rank, DeviceOptions{threads, false, /*gpu=*/0});
-  auto net = make_model(model, *dev, batch);
+  auto net = make_model(model, *dev, batch, opts);
+  const size_t in = size_t(net->input_size());
   const size_t P = net->num_floats();
   Buffer w(*dev, P, MemCategory::Parameters, "profile parameters");
   Buffer g(*dev, P, MemCategory::Gradients, "profile gradients");
-  Buffer x(*dev, size_t(batch) * kPixels, MemCategory::Data, "profile images");
+  Buffer x(*dev, size_t(batch) * in, MemCategory::Data, "profile images");
   Buffer y(*dev, size_t(batch), MemCategory::Data, "profile labels");
   Buffer dl(*dev, size_t(batch) * kClasses, MemCategory::Temporaries, "profile logits gradient");
   Buffer st(*dev, 2, MemCategory::Temporaries, "profile stats");
-  const std::vector<float> init = init_params(model_param_layout(model), 0);
+  const std::vector<float> init = init_params(net->params(), 0);
   dev->upload(w.get(), init.data(), P);
-  std::vector<uint8_t> img(size_t(batch) * kPixels), lab(batch);
+  std::vector<uint8_t> img(size_t(batch) * in), lab(batch);
   uint64_t s = 12345;
   for (auto& v : img) v = uint8_t(splitmix64(s) & 0xff);
   for (auto& v : lab) v = uint8_t(splitmix64(s) % kClasses);
@@ -148,8 +149,9 @@ StepProfile combine(const std::vector<RawSteps>& reps) {
 
 }  // namespace
 
-StepProfile measure_profile(const std::string& model, const std::string& backend, int threads,
-                            int batch, int steps, int ranks) {
+StepProfile measure_profile(const std::string& model, const ModelOptions& opts,
+                            const std::string& backend, int threads, int batch, int steps,
+                            int ranks) {
   DPB_CHECK(is_model_name(model), "profile: unknown model '" << model << "'");
   DPB_CHECK(batch >= 1 && steps >= 1, "profile: batch and steps must be >= 1");
   const BackendEntry& be = find_backend(backend);
@@ -161,7 +163,7 @@ StepProfile measure_profile(const std::string& model, const std::string& backend
   std::vector<std::exception_ptr> err(ranks);
   auto body = [&](int r) {
     try {
-      out[r] = measure_one(model, be, threads, batch, steps, r,
+      out[r] = measure_one(model, opts, be, threads, batch, steps, r,
                            [&] { if (ranks > 1) sync.arrive_and_wait(); });
     } catch (...) {
       err[r] = std::current_exception();
@@ -176,6 +178,7 @@ StepProfile measure_profile(const std::string& model, const std::string& backend
     if (e) std::rethrow_exception(e);
   StepProfile p = combine(out);
   p.model = model;
+  p.model_opts = opts;
   p.backend = backend;
   p.cpu = cpu_model_name();
   p.threads = threads;
@@ -189,7 +192,11 @@ nlohmann::json profile_to_json(const StepProfile& p) {
   nlohmann::json params = nlohmann::json::array();
   for (const auto& q : p.params)
     params.push_back({{"name", q.name}, {"floats", q.floats}, {"ready_s", q.ready_s}});
-  return {{"format", kFormat},     {"model", p.model},         {"backend", p.backend},
+  const nlohmann::json mo = {{"mlp_layers", p.model_opts.mlp_layers},
+                             {"mlp_hidden", p.model_opts.mlp_hidden},
+                             {"mlp_input", p.model_opts.mlp_input}};
+  return {{"format", kFormat},     {"model", p.model},         {"model_options", mo},
+          {"backend", p.backend},
           {"device", p.device},    {"cpu", p.cpu},             {"threads", p.threads},
           {"ranks", p.ranks},
           {"batch", p.batch},      {"steps", p.steps},         {"data_s", p.data_s},
@@ -220,6 +227,19 @@ StepProfile profile_from_json(const nlohmann::json& j, const std::string& source
     DPB_CHECK(false, source << ": profile strings: " << e.what());
   }
   DPB_CHECK(is_model_name(p.model), source << ": unknown model '" << p.model << "'");
+  if (j.contains("model_options")) {  // older profiles: the defaults
+    const auto& mo = j.at("model_options");
+    auto opt = [&](const char* key, int fallback) {
+      if (!mo.is_object() || !mo.contains(key)) return fallback;
+      DPB_CHECK(mo.at(key).is_number_integer() && mo.at(key).get<long long>() >= 1 &&
+                    mo.at(key).get<long long>() <= 10000000,
+                source << ": \"model_options\"." << key << " must be an integer in [1, 1e7]");
+      return mo.at(key).get<int>();
+    };
+    p.model_opts.mlp_layers = opt("mlp_layers", p.model_opts.mlp_layers);
+    p.model_opts.mlp_hidden = opt("mlp_hidden", p.model_opts.mlp_hidden);
+    p.model_opts.mlp_input = opt("mlp_input", p.model_opts.mlp_input);
+  }
   DPB_CHECK(find_entry(backends(), p.backend) != nullptr,
             source << ": unknown backend '" << p.backend << "' (valid: " << entry_names(backends())
                    << ")");
@@ -242,7 +262,7 @@ StepProfile profile_from_json(const nlohmann::json& j, const std::string& source
               source << ": every entry of \"params\" needs \"floats\" (count) and \"ready_s\"");
     p.params.push_back({q.value("name", ""), q["floats"].get<size_t>(), q["ready_s"].get<double>()});
   }
-  const auto layout = model_param_layout(p.model);
+  const auto layout = model_param_layout(p.model, p.model_opts);
   DPB_CHECK(layout.size() == p.params.size(),
             source << ": " << p.params.size() << " parameters, but " << p.model << " has "
                    << layout.size());

@@ -35,6 +35,7 @@
 
 #include "collectives/grad_sync.h"
 #include "collectives/link.h"
+#include "src/model/model.h"
 
 namespace dpb {
 
@@ -46,18 +47,20 @@ struct ParamTiming {
 
 struct StepProfile {
   std::string model, backend, device, cpu;
+  ModelOptions model_opts;  // the model's options (JSON "model_options"; absent: the defaults)
   int threads = 1, ranks = 1, batch = 1, steps = 0;
   double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
   std::vector<ParamTiming> params;  // model order
 };
 
 // Measures `steps` training steps (after one warm-up) of one device of `backend` ("cpu" |
-// "cuda") with `threads` math threads at `batch` images of random pixels per step; medians.
+// "cuda") with `threads` math threads at `batch` examples of random features per step; medians.
 // ranks > 1 (CPU): that many replicas run the same steps side by side, each on its own thread
 // and device, starting every step together; each phase and each gradient counts as done when
 // the slowest replica's is (since the common step start), as a collective waits for the last rank.
-StepProfile measure_profile(const std::string& model, const std::string& backend, int threads,
-                            int batch, int steps, int ranks = 1);
+StepProfile measure_profile(const std::string& model, const ModelOptions& opts,
+                            const std::string& backend, int threads, int batch, int steps,
+                            int ranks = 1);
 nlohmann::json profile_to_json(const StepProfile& p);
 // Throws dpb::Error naming `source` and the field when the JSON is not a valid profile.
 StepProfile profile_from_json(const nlohmann::json& j, const std::string& source);

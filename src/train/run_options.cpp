@@ -13,6 +13,7 @@
 #include "src/core/memory.h"
 #include "src/core/registry.h"
 #include "src/model/model.h"
+#include "src/train/run_data.h"
 
 namespace dpb {
 
@@ -106,6 +107,23 @@ std::vector<RunOption> make_table() {
       {"model", "", false, "NAME", "model: " + entry_names(models(), " | "),
        [](const std::string& t) { return member(models(), t, "model"); },
        [](C& c, const std::string& t) { c.model = t; }, [](const C& c) { return c.model; }},
+      // The MLP's shape (src/model/mlp.cpp); the other models ignore them. dpbench-micro sizes its
+      // mlp benchmarks with them too (its data are 28x28 images: input 784).
+      {"mlp-layers", "mlp_layers", false, "N", "mlp: hidden layers, 1 to 10000 (the notebook's 90)",
+       [](const std::string& t) { return int_in(t, 1, 10000); },
+       [](C& c, const std::string& t) { c.model_opts.mlp_layers = to_int(t); },
+       [](const C& c) { return std::to_string(c.model_opts.mlp_layers); }},
+      {"mlp-hidden", "mlp_hidden", false, "N",
+       "mlp: width of each hidden layer, 1 to 1000000 (the notebook's 2056)",
+       [](const std::string& t) { return int_in(t, 1, 1000000); },
+       [](C& c, const std::string& t) { c.model_opts.mlp_hidden = to_int(t); },
+       [](const C& c) { return std::to_string(c.model_opts.mlp_hidden); }},
+      {"mlp-input", "", false, "N",
+       "mlp: input features on --data synthetic, 1 to 10000000 (the notebook's 1024); "
+       "Fashion-MNIST's input is its 784 pixels",
+       [](const std::string& t) { return int_in(t, 1, 10000000); },
+       [](C& c, const std::string& t) { c.model_opts.mlp_input = to_int(t); },
+       [](const C& c) { return std::to_string(c.model_opts.mlp_input); }},
       {"backend", "backends", true, "NAME",
        "device backend: " + std::string(kAutoBackend) + " | " + entry_names(backends(), " | ") +
            " (auto: cuda when built and a GPU is found)",
@@ -214,6 +232,10 @@ std::vector<RunOption> make_table() {
        [](const std::string& t) { return int_in(t, 0, 1 << 30); }, nullptr, nullptr},
       {"test-limit", "", false, "N", "use only the first N test examples (0: all)",
        [](const std::string& t) { return int_in(t, 0, 1 << 30); }, nullptr, nullptr},
+      {"data", "", false, "NAME", "data: " + entry_names(data_sources(), " | ") +
+           " (synthetic: the sharding notebook's batch of ones, sized to the model's input)",
+       [](const std::string& t) { return member(data_sources(), t, "data source"); },
+       [](C& c, const std::string& t) { c.data = t; }, [](const C& c) { return c.data; }},
       {"data-dir", "data_dir", false, "DIR",
        "Fashion-MNIST IDX directory (default: $DPBENCH_DATA, else /usr/share/datasets/fashion-mnist)",
        any_text, nullptr, nullptr},

@@ -33,20 +33,22 @@ void RankSet::abort(int rank, const std::string& why) {
   group->abort(rank, why);
 }
 
-Replica make_replica(Device& dev, CommGroup& group, const std::string& model, int max_batch,
-                     const GradSyncConfig& sync, AllReduce& ar) {
+Replica make_replica(Device& dev, CommGroup& group, const std::string& model,
+                     const ModelOptions& opts, int max_batch, const GradSyncConfig& sync,
+                     AllReduce& ar) {
   Replica rep;
   rep.dev = &dev;
-  rep.model = make_model(model, dev, max_batch);
+  rep.model = make_model(model, dev, max_batch, opts);
   const size_t P = rep.model->num_floats(), mb = size_t(max_batch);
+  const size_t in = size_t(rep.model->input_size());
   // Collectives run on these two (broadcast, gradient sync): the group places them.
   rep.w = group.alloc(dev.rank(), P, MemCategory::Parameters, "parameters");
   rep.g = group.alloc(dev.rank(), P, MemCategory::Gradients, "gradients");
-  rep.x = Buffer(dev, mb * kPixels, MemCategory::Data, "input images");
+  rep.x = Buffer(dev, mb * in, MemCategory::Data, "input images");
   rep.y = Buffer(dev, mb, MemCategory::Data, "input labels");
   rep.dlogits = Buffer(dev, mb * kClasses, MemCategory::Temporaries, "logits gradient");
   rep.stats = Buffer(dev, 2, MemCategory::Temporaries, "loss/accuracy accumulators");
-  rep.host_x.resize(mb * kPixels);
+  rep.host_x.resize(mb * in);
   rep.host_y.resize(mb);
   rep.sync = std::make_unique<GradSync>(sync, rep.model->param_sizes(), ar, dev, dev.rank(),
                                         rep.g.get());
@@ -70,15 +72,18 @@ void broadcast_params(Replica& rep, CommGroup& group) {
 }
 
 void load_batch(Replica& rep, const uint8_t* images, const uint8_t* labels, int n) {
-  rep.dev->load_images(rep.x.get(), images, size_t(n) * kPixels);
+  rep.dev->load_images(rep.x.get(), images, size_t(n) * size_t(rep.model->input_size()));
   rep.dev->load_labels(rep.y.get(), labels, size_t(n));
 }
 
 namespace {
 void gather(Replica& rep, const Split& split, const int* idx, int n) {
+  const int F = split.features();
+  DPB_CHECK(F == rep.model->input_size(), "data: " << F << " features per example, but "
+                                              << rep.model->name() << " takes "
+                                              << rep.model->input_size());
   for (int i = 0; i < n; ++i) {
-    std::copy_n(split.images.data() + size_t(idx[i]) * kPixels, kPixels,
-                rep.host_x.data() + size_t(i) * kPixels);
+    std::copy_n(split.example(idx[i]), F, rep.host_x.data() + size_t(i) * F);
     rep.host_y[i] = split.labels[idx[i]];
   }
 }

@@ -4,7 +4,7 @@
 // llm.c's trainer, test and profiler call the same gpt2_forward / backward_and_reduce / update.
 //
 //   RankSet ranks(make_devices("cpu", k, threads), "ring");          // shared by the k ranks
-//   Replica rep = make_replica(ranks[r], *ranks.group, "lenet", max_batch, sync,
+//   Replica rep = make_replica(ranks[r], *ranks.group, "lenet", ModelOptions{}, max_batch, sync,
 //                              *ranks.allreduce);                    // per rank
 //   broadcast_params(rep, *ranks.group);                               // rank 0's w everywhere
 //   train_step(rep, n, global_batch, lr);  // = step_forward, step_backward, step_sync_wait, step_update
@@ -66,13 +66,17 @@ struct Replica {
 
 // The model for up to max_batch examples, its buffers (parameters and gradients from the group)
 // and a GradSync over `ar` for rank dev.rank().
-Replica make_replica(Device& dev, CommGroup& group, const std::string& model, int max_batch,
-                     const GradSyncConfig& sync, AllReduce& ar);
+// opts: the model's options (ModelOptions); the batch buffer holds max_batch examples of the
+// model's input_size() features.
+Replica make_replica(Device& dev, CommGroup& group, const std::string& model,
+                     const ModelOptions& opts, int max_batch, const GradSyncConfig& sync,
+                     AllReduce& ar);
 
 // Copies rank 0's parameters to every replica through the group's transport (every rank calls it).
 void broadcast_params(Replica& rep, CommGroup& group);
 
-// Data: n examples (uint8 pixels, labels) from the host into the replica's batch buffers.
+// Data: n examples (uint8 features, input_size() each; labels) from the host into the replica's
+// batch buffers.
 void load_batch(Replica& rep, const uint8_t* images, const uint8_t* labels, int n);
 // Examples idx[0..n) of split: gathered on the host, then load_batch, which data_timer times
 // (the gather is not in it).

@@ -94,8 +94,8 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
   const int eval_batch = std::max(shard_max, 64);
   for (int i = 0; i < ranks_.size(); ++i) {
     const int r = ranks_[i].rank();
-    reps_.push_back(make_replica(ranks_[i], *ranks_.group, cfg.model, r == 0 ? eval_batch : shard_max, cfg.sync,
-                                 *ranks_.allreduce));
+    reps_.push_back(make_replica(ranks_[i], *ranks_.group, cfg.model, cfg.model_opts,
+                                 r == 0 ? eval_batch : shard_max, cfg.sync, *ranks_.allreduce));
     // Ranks as threads on an emulated link are named with it ("cpu:0 (...) + link 1 Gb/s, 50 us").
     const bool link_named = ranks_.group->paced() && !cfg.procs.active();
     result_.device_names.push_back(ranks_[i].name() +
@@ -107,7 +107,7 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
     result_.shared_gpu = cfg.procs.active() ? cfg.procs.local_size > ndev : k_ > ndev;
   }
   if (ranks_.group->is_local(0)) {  // rank 0 initializes ...
-    const std::vector<float> init = init_params(model_param_layout(cfg.model), cfg.seed);
+    const std::vector<float> init = init_params(model_param_layout(cfg.model, cfg.model_opts), cfg.seed);
     ranks_[0].upload(reps_[0].w.get(), init.data(), init.size());
   }
 }
@@ -219,6 +219,14 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
                                              << " examples is fewer than the device count "
                                              << cfg.devices);
   DPB_CHECK(data.test.n >= 1, "test set is empty");
+  // The model's input against the data's features (the MLP takes --mlp-input; the image models
+  // 28x28 pixels); load_run_data (run_data.h) sizes synthetic data to the model.
+  const int in = model_input_size(cfg.model, cfg.model_opts);
+  for (const Split* s : {&data.train, &data.test})
+    DPB_CHECK(s->features() == in, "--model " << cfg.model << " takes " << in
+                                              << " features per example, but the data (" << data.dir
+                                              << ") has " << s->rows << "x" << s->cols << " = "
+                                              << s->features());
   const std::string unavailable = backend.unavailable();
   DPB_CHECK(unavailable.empty(), "--backend " << cfg.backend << ": " << unavailable);
 }
