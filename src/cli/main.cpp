@@ -5,6 +5,7 @@
 //                           # GPUs, commit, backends (kernels/machine_info.h)
 //   dpbench info --csv-columns  # the training CSV's columns (name, type, meaning) as JSON
 //   dpbench project --model resnet18 --devices 4 --link-gbps 100   # predicted epoch (JSON)
+//   dpbench fit --model resnet18 --devices 4 --device-mem 24GiB   # largest batch that fits
 //   dpbench selftest        # every op and a 2-rank all-reduce per device vs the CPU reference
 // Every invalid argument is refused before any work starts, with a message naming it.
 #include <CLI/CLI.hpp>
@@ -27,6 +28,7 @@
 #include "src/data/dataset.h"
 #include "src/model/model.h"
 #include "src/cli/project_cmd.h"
+#include "src/cli/fit_cmd.h"
 #include "src/cli/run_options_cli.h"
 #include "src/train/train_csv.h"
 #include "src/train/run_options.h"
@@ -242,6 +244,8 @@ int main(int argc, char** argv) {
                  "print the training CSV's columns instead (scripts/train_csv_columns.json)");
   ProjectArgs project_args;
   auto* project = add_project_command(app, project_args);
+  FitArgs fit_args;
+  auto* fit = add_fit_command(app, fit_args);
   SelftestOptions selftest;
   auto* selftest_cmd = add_selftest_command(app, selftest);
 
@@ -257,6 +261,7 @@ int main(int argc, char** argv) {
     }
     if (info->parsed()) return run_info();
     if (project->parsed()) return run_project(project_args);
+    if (fit->parsed()) return run_fit(fit_args);
     if (selftest_cmd->parsed()) return run_selftest(selftest);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dpbench: error: %s\n", e.what());
