@@ -3,7 +3,7 @@
 # build/. Idempotent: a second run installs nothing and rebuilds only what changed.
 #   scripts/setup.sh            # packages + Release build in build/
 #   DPB_CUDA=OFF scripts/setup.sh   # force a CPU-only build (default AUTO: CUDA when nvcc is found)
-#   DPB_PEERS=1 scripts/setup.sh    # also python3-torch for the PyTorch peers (peers/)
+#   DPB_PEERS=1 scripts/setup.sh    # also python3-torch (+ OpenBLAS) for the PyTorch peers (peers/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,8 +14,10 @@ PKGS=(build-essential cmake ninja-build git zlib1g-dev libdnnl-dev ocl-icd-openc
       ccache  # compiler cache: a rebuild of an unchanged file, in any clone, is a cache hit
       xz-utils)  # scripts/gpu_bundle.sh compresses oneDNN (tests/bundle_test.sh)
 
-# DPB_PEERS=1: also PyTorch for the peers (./run_all.sh --peers; peers/README.md); a large download
-if [ "${DPB_PEERS:-0}" = 1 ]; then PKGS+=(python3-torch); fi
+# DPB_PEERS=1: also PyTorch for the peers (./run_all.sh --peers; peers/README.md); a large download.
+# With it OpenBLAS: Debian's torch does its CPU matmuls through libblas.so.3, which is the
+# reference BLAS (about 10x slower) unless an optimized one is installed; a peer runs at its best.
+if [ "${DPB_PEERS:-0}" = 1 ]; then PKGS+=(python3-torch libopenblas0-pthread); fi
 
 missing=()
 for p in "${PKGS[@]}"; do
