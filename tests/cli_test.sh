@@ -28,6 +28,8 @@ expect_fail "--devices" train --devices 0
 expect_fail "--devices" train --devices -2
 expect_fail "--batch" train --devices 4 --batch 2 --train-limit 100 --test-limit 10
 expect_fail "--model" train --model vgg
+expect_fail "--optimizer: unknown optimizer 'adamw' (valid: sgd, adam)" train --optimizer adamw
+expect_fail "--loss: unknown loss 'hinge' (valid: xent, mse)" train --loss hinge
 expect_fail "--allreduce" train --allreduce no-such-algorithm
 expect_fail "--lr" train --lr abc
 expect_fail "--epochs" train --epochs 1.5x

@@ -3,7 +3,7 @@
 scripts and tests iterate those lists instead of their own.
 
   1. `dpbench train --help` and `dpbench info` list the same models, backends, all-reduce
-     algorithms and grad-sync modes, in table order;
+     algorithms, grad-sync modes, optimizers and losses, in table order;
   2. dpbench-micro registers allreduce/cpu/<alg> for exactly the algorithms `dpbench info` says
      run on the CPU as threads, and scripts/link_study.py's micro mode times those;
   3. no script or shell test holds a hand list (a list, tuple, set or `for x in ...` of two or
@@ -31,7 +31,7 @@ def help_tables(dpbench):
     text = out([dpbench, "train", "--help"])
     tables, cur = {}, None
     for line in text.splitlines():
-        m = re.match(r"^(Models|Backends|All-reduce algorithms|Gradient sync modes)\b.*:$", line)
+        m = re.match(r"^(Models|Backends|All-reduce algorithms|Gradient sync modes|Optimizers|Losses)\b.*:$", line)
         if m:
             cur = tables.setdefault(m.group(1), [])
         elif cur is not None and line.startswith("  ") and not line.startswith("   "):
@@ -55,12 +55,14 @@ def main():
     dpbench, micro = os.path.join(build, "dpbench"), os.path.join(build, "dpbench-micro")
     fails = []
     tables = help_tables(dpbench)
-    for t in ("Models", "Backends", "All-reduce algorithms", "Gradient sync modes"):
+    for t in ("Models", "Backends", "All-reduce algorithms", "Gradient sync modes", "Optimizers",
+              "Losses"):
         if len(tables.get(t, [])) < 1:
             fails.append(f"`dpbench train --help` lists no {t}")
     info = json.loads(out([dpbench, "info"]))
     for title, key in (("All-reduce algorithms", "allreduce_algorithms"), ("Models", "models"),
-                       ("Backends", "backends"), ("Gradient sync modes", "grad_sync_modes")):
+                       ("Backends", "backends"), ("Gradient sync modes", "grad_sync_modes"),
+                       ("Optimizers", "optimizers"), ("Losses", "losses")):
         listed = [e["name"] for e in info.get(key, [])]
         if listed != tables.get(title):
             fails.append(f"dpbench info's {key} lists {listed}, train --help {tables.get(title)}")

@@ -30,6 +30,8 @@
 #include "src/cli/project_cmd.h"
 #include "src/cli/fit_cmd.h"
 #include "src/cli/run_options_cli.h"
+#include "src/train/loss.h"
+#include "src/train/optimizer.h"
 #include "src/train/train_csv.h"
 #include "src/train/run_options.h"
 #include "src/train/run_data.h"
@@ -131,8 +133,8 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
 }
 
 // machine_info() and, for planners (scripts/suitelib.py), each all-reduce algorithm's backends,
-// launchers and the most ranks it lets share one GPU (null: any); then the backend, model and
-// grad-sync tables (tests/registry_lists_test.py checks them against --help).
+// launchers and the most ranks it lets share one GPU (null: any); then the backend, model,
+// grad-sync, optimizer and loss tables (tests/registry_lists_test.py checks them against --help).
 int run_info() {
   nlohmann::ordered_json j = machine_info(), algs = nlohmann::ordered_json::array();
   for (const AllReduceEntry& e : allreduce_algorithms()) {
@@ -161,6 +163,12 @@ int run_info() {
   j["backends"] = bs;
   j["models"] = ms;
   j["grad_sync_modes"] = ss;
+  nlohmann::ordered_json os = nlohmann::ordered_json::array(), ls = os;
+  for (const OptimizerEntry& o : optimizers())
+    os.push_back({{"name", o.name}, {"help", o.help}, {"state_floats", o.state_floats}});
+  for (const LossEntry& l : losses()) ls.push_back({{"name", l.name}, {"help", l.help}});
+  j["optimizers"] = os;
+  j["losses"] = ls;
   std::fputs((j.dump(2) + "\n").c_str(), stdout);
   return 0;
 }
@@ -178,7 +186,8 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   tr->footer(
       "Models:\n" + entry_help(models()) + "Backends:\n" + entry_help(backends()) +
       "All-reduce algorithms (where they run):\n" + allreduce_table_help() +
-      "Gradient sync modes:\n" + entry_help(sync_modes()) +
+      "Gradient sync modes:\n" + entry_help(sync_modes()) + "Optimizers:\n" +
+      entry_help(optimizers()) + "Losses:\n" + entry_help(losses()) +
       "\nOne process per rank: mpirun -np K dpbench train ... (or srun -n K): detected from the "
       "launcher's environment (OMPI_COMM_WORLD_*, PMI_*/PMIX_*, SLURM_* in a job step); only rank 0 "
       "prints and writes files; an error on any rank ends the job (README: Running on a cluster)."
@@ -187,7 +196,8 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
   a.run = std::make_unique<CliRunOptions>(
       tr, a.cfg,
       std::vector<std::string>{"model", "mlp-layers", "mlp-hidden", "mlp-input", "data", "backend",
-                               "devices", "batch", "lr", "epochs", "warmup-epochs", "allreduce",
+                               "devices", "batch", "lr", "optimizer", "loss", "epochs",
+                               "warmup-epochs", "allreduce",
                                "tune-file", "grad-sync", "overlap", "bucket-mb", "seed", "threads",
                                "link-gbps", "link-latency-us", "tf32", "device-mem", "train-limit",
                                "test-limit", "data-dir"});

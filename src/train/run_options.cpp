@@ -13,6 +13,8 @@
 #include "src/core/memory.h"
 #include "src/core/registry.h"
 #include "src/model/model.h"
+#include "src/train/loss.h"
+#include "src/train/optimizer.h"
 #include "src/train/run_data.h"
 
 namespace dpb {
@@ -140,8 +142,16 @@ std::vector<RunOption> make_table() {
        [](const std::string& t) { return int_in(t, 1, kMaxBatch); },
        [](C& c, const std::string& t) { c.batch = to_int(t); },
        [](const C& c) { return std::to_string(c.batch); }},
-      {"lr", "", false, "X", "learning rate (SGD, no momentum)", positive_number,
+      {"lr", "", false, "X", "learning rate (of --optimizer)", positive_number,
        [](C& c, const std::string& t) { c.lr = to_double(t); }, [](const C& c) { return fmt(c.lr); }},
+      {"optimizer", "", false, "NAME", "optimizer: " + entry_names(optimizers(), " | ") +
+           " (adam: optax's b1 0.9, b2 0.999, eps 1e-8; lr is --lr, e.g. 1e-3)",
+       [](const std::string& t) { return member(optimizers(), t, "optimizer"); },
+       [](C& c, const std::string& t) { c.optimizer = t; }, [](const C& c) { return c.optimizer; }},
+      {"loss", "", false, "NAME", "loss: " + entry_names(losses(), " | ") +
+           " (xent: softmax cross-entropy; mse: mean squared error against one-hot labels)",
+       [](const std::string& t) { return member(losses(), t, "loss"); },
+       [](C& c, const std::string& t) { c.loss = t; }, [](const C& c) { return c.loss; }},
       {"epochs", "", false, "N", "epochs", [](const std::string& t) { return int_in(t, 1, 1000000); },
        [](C& c, const std::string& t) { c.epochs = to_int(t); },
        [](const C& c) { return std::to_string(c.epochs); }},

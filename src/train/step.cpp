@@ -35,7 +35,7 @@ void RankSet::abort(int rank, const std::string& why) {
 
 Replica make_replica(Device& dev, CommGroup& group, const std::string& model,
                      const ModelOptions& opts, int max_batch, const GradSyncConfig& sync,
-                     AllReduce& ar) {
+                     AllReduce& ar, const std::string& optimizer, const std::string& loss) {
   Replica rep;
   rep.dev = &dev;
   rep.model = make_model(model, dev, max_batch, opts);
@@ -48,6 +48,8 @@ Replica make_replica(Device& dev, CommGroup& group, const std::string& model,
   rep.y = Buffer(dev, mb, MemCategory::Data, "input labels");
   rep.dlogits = Buffer(dev, mb * kClasses, MemCategory::Temporaries, "logits gradient");
   rep.stats = Buffer(dev, 2, MemCategory::Temporaries, "loss/accuracy accumulators");
+  rep.opt = find_optimizer(optimizer).make(dev, P);
+  rep.loss = &find_loss(loss);
   rep.host_x.resize(mb * in);
   rep.host_y.resize(mb);
   rep.sync = std::make_unique<GradSync>(sync, rep.model->param_sizes(), ar, dev, dev.rank(),
@@ -103,8 +105,8 @@ void step_forward(Replica& rep, int n, float loss_scale) {
   if (n == 0) return;
   NvtxRange nv("forward");
   const float* logits = rep.model->forward(rep.w.get(), rep.x.get(), n, true);
-  rep.dev->softmax_xent(n, kClasses, logits, rep.y.get(), loss_scale, rep.dlogits.get(),
-                        rep.stats.get());
+  rep.loss->apply(*rep.dev, n, kClasses, logits, rep.y.get(), loss_scale, rep.dlogits.get(),
+                  rep.stats.get());
 }
 
 void step_backward(Replica& rep, int n, bool reduce) {
@@ -129,7 +131,7 @@ void step_sync_wait(Replica& rep) {
 
 void step_update(Replica& rep, float lr) {
   NvtxRange nv("optimizer step");
-  rep.dev->sgd_step(rep.w.get(), rep.g.get(), lr, rep.num_params());
+  rep.opt->step(rep.w.get(), rep.g.get(), lr);
 }
 
 void train_step(Replica& rep, int n, int global_batch, float lr) {
@@ -201,7 +203,7 @@ double evaluate(Replica& rep, const Split& split) {
     gather(rep, split, idx.data(), n);  // untimed: not training's data time
     load_batch(rep, rep.host_x.data(), rep.host_y.data(), n);
     const float* logits = rep.model->forward(rep.w.get(), rep.x.get(), n, false);
-    dev.softmax_xent(n, kClasses, logits, rep.y.get(), 1.0f, nullptr, rep.stats.get());
+    rep.loss->apply(dev, n, kClasses, logits, rep.y.get(), 1.0f, nullptr, rep.stats.get());
   }
   float ev[2];
   dev.download(ev, rep.stats.get(), 2);

@@ -21,6 +21,8 @@
 #include "src/core/device.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
+#include "src/train/loss.h"
+#include "src/train/optimizer.h"
 #include "src/train/trainer.h"
 
 namespace dpb {
@@ -56,6 +58,8 @@ struct Replica {
   Device* dev = nullptr;
   std::unique_ptr<Model> model;
   Buffer w, g, x, y, dlogits, stats;  // parameters, gradients, batch, logits gradient, {loss, correct}
+  std::unique_ptr<Optimizer> opt;     // its state (Adam's moments) on dev
+  const LossEntry* loss = nullptr;    // of the loss table
   std::unique_ptr<GradSync> sync;
   std::vector<uint8_t> host_x, host_y;  // staging for a batch
   std::vector<float> host_w;            // end-of-epoch copy for the replica check
@@ -65,12 +69,14 @@ struct Replica {
 };
 
 // The model for up to max_batch examples, its buffers (parameters and gradients from the group)
-// and a GradSync over `ar` for rank dev.rank().
+// a GradSync over `ar` for rank dev.rank(), the optimizer (an entry of optimizers(), its state
+// allocated on dev) and the loss (an entry of losses()).
 // opts: the model's options (ModelOptions); the batch buffer holds max_batch examples of the
 // model's input_size() features.
 Replica make_replica(Device& dev, CommGroup& group, const std::string& model,
                      const ModelOptions& opts, int max_batch, const GradSyncConfig& sync,
-                     AllReduce& ar);
+                     AllReduce& ar, const std::string& optimizer = "sgd",
+                     const std::string& loss = "xent");
 
 // Copies rank 0's parameters to every replica through the group's transport (every rank calls it).
 void broadcast_params(Replica& rep, CommGroup& group);
@@ -89,7 +95,7 @@ void step_forward(Replica& rep, int n, float loss_scale);
 // final (grad_ready), which launches its all-reduce when overlap is on. Without, no communication.
 void step_backward(Replica& rep, int n, bool reduce);
 void step_sync_wait(Replica& rep);  // GradSync::finish: the gradients are summed over the ranks
-void step_update(Replica& rep, float lr);  // SGD
+void step_update(Replica& rep, float lr);  // the replica's optimizer
 void train_step(Replica& rep, int n, int global_batch, float lr);  // all four, reducing
 
 // Epoch statistics: begin_epoch zeroes the replica's accumulators and times; end_epoch copies

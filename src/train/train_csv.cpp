@@ -7,6 +7,9 @@
 #include "kernels/backends.h"
 #include "src/core/registry.h"
 #include "src/model/model.h"
+#include "src/train/loss.h"
+#include "src/train/optimizer.h"
+#include "src/train/run_data.h"
 
 namespace dpb {
 namespace {
@@ -38,6 +41,11 @@ const std::vector<CsvColumn>& train_csv_columns() {
       {"impl", kText, "what produced the row: dpbench (peer baselines write their own name)",
        [](Run, Ep) -> std::string { return "dpbench"; }},
       {"model", kText, entry_names(models(), " | "), [](Run r, Ep) { return r.cfg.model; }},
+      {"optimizer", kText, entry_names(optimizers(), " | "),
+       [](Run r, Ep) { return r.cfg.optimizer; }},
+      {"loss", kText, entry_names(losses(), " | "), [](Run r, Ep) { return r.cfg.loss; }},
+      {"data", kText, entry_names(data_sources(), " | "),
+       [](Run r, Ep) { return r.cfg.data; }},
       {"backend", kText, entry_names(backends(), " | "), [](Run r, Ep) { return r.cfg.backend; }},
       {"devices", kNum, "ranks (logical devices)",
        [](Run r, Ep) { return integer(r.cfg.devices); }},

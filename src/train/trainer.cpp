@@ -18,6 +18,8 @@
 #include "src/core/registry.h"
 #include "src/core/rank_threads.h"
 #include "src/model/model.h"
+#include "src/train/loss.h"
+#include "src/train/optimizer.h"
 #include "src/train/step.h"
 
 namespace dpb {
@@ -95,7 +97,8 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
   for (int i = 0; i < ranks_.size(); ++i) {
     const int r = ranks_[i].rank();
     reps_.push_back(make_replica(ranks_[i], *ranks_.group, cfg.model, cfg.model_opts,
-                                 r == 0 ? eval_batch : shard_max, cfg.sync, *ranks_.allreduce));
+                                 r == 0 ? eval_batch : shard_max, cfg.sync, *ranks_.allreduce,
+                                 cfg.optimizer, cfg.loss));
     // Ranks as threads on an emulated link are named with it ("cpu:0 (...) + link 1 Gb/s, 50 us").
     const bool link_named = ranks_.group->paced() && !cfg.procs.active();
     result_.device_names.push_back(ranks_[i].name() +
@@ -199,6 +202,8 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
             "--link-gbps/--link-latency-us: the emulated link needs --backend "
                 << emulated_link_backends() << " (GPU transfers use the real interconnect)");
   DPB_CHECK(cfg.threads >= 0, "--threads: must be >= 0, got " << cfg.threads);
+  find_optimizer(cfg.optimizer);  // throws "--optimizer: unknown optimizer ..."
+  find_loss(cfg.loss);
   if (cfg.procs.active()) {
     DPB_CHECK(cfg.devices == cfg.procs.size,
               "--devices " << cfg.devices << ": this run has " << cfg.procs.size
