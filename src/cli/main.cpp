@@ -75,6 +75,8 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
   if (!csv.empty()) csv_out.emplace(csv, train_csv_header());
   if (!dump.empty()) check_output_path(dump);
   cfg.backend = pick_backend(cfg.backend, root);
+  DPB_CHECK(dump.empty() || find_backend(cfg.backend).runs_math,
+            "--dump-params: --backend " << cfg.backend << " computes no parameters");
   Dataset data = load_run_data(cfg, data_dir, train_limit, test_limit);
   validate(cfg, data);
   const bool quick = train_limit > 0 || test_limit > 0;
@@ -90,8 +92,14 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
                 cfg.sync.overlap ? "on" : "off", cfg.link.label().c_str(), data.train.n,
                 data.test.n, data.dir.c_str());
   std::fflush(stdout);
+  // A backend that runs no math (meta) planned the run: memory figures only.
+  const bool math = find_backend(cfg.backend).runs_math;
   TrainResult res = train(cfg, data, [&](const EpochStats& s, const TrainResult& so_far) {
-    if (!quiet)
+    if (!quiet && !math)
+      std::printf("epoch %2d  planned: peak %s on rank %d (no math ran: no loss, accuracy or "
+                  "time)\n",
+                  s.epoch, format_mem_bytes(s.peak_mem.total()).c_str(), s.peak_mem_rank);
+    if (!quiet && math)
       std::printf("epoch %2d  loss %.4f  train acc %.4f  test acc %.4f  %.2f s  %.0f img/s  "
                   "comm %.3f s  exposed %.3f s  in sync %s\n",
                   s.epoch, s.train_loss, s.train_acc, s.test_acc, s.epoch_s, s.images_per_s,
@@ -113,7 +121,12 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
     std::printf("allreduce %s\n", res.allreduce_resolved.c_str());
   double best = 0;
   for (const auto& s : res.epochs) best = std::max(best, s.test_acc);
-  if (!quiet)
+  if (!quiet && !math)
+    std::printf("planned on %s%s: every step of %d epoch(s), the broadcast, gradient sync and "
+                "evaluation, allocating what the cpu backend would\n",
+                res.device_names[0].c_str(), res.device_names.size() > 1 ? ", ..." : "",
+                cfg.epochs);
+  if (!quiet && math)
     std::printf("final test acc %.4f, best %.4f; devices: %s%s\n", res.epochs.back().test_acc,
                 best, res.device_names[0].c_str(), res.device_names.size() > 1 ? ", ..." : "");
   // Peak device memory, one line per local rank: the total and its categories at that peak.
@@ -155,7 +168,8 @@ int run_info() {
   for (const BackendEntry& b : backends()) {
     const std::string why = b.unavailable();
     bs.push_back({{"name", b.name}, {"help", b.help}, {"available", why.empty()},
-                  {"unavailable", why}, {"emulated_link", b.emulated_link}});
+                  {"unavailable", why}, {"emulated_link", b.emulated_link},
+                  {"runs_math", b.runs_math}});
   }
   for (const ModelEntry& m : models())
     ms.push_back({{"name", m.name}, {"help", m.help}, {"bench_batch", m.bench_batch}});

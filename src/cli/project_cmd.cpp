@@ -48,6 +48,9 @@ int run_project(ProjectArgs& a) {
   a.opts->apply();  // the shared checks, as `dpbench train` makes them
   const TrainConfig& run = a.run;
   const BackendEntry& backend = resolve_backend(run.backend);
+  DPB_CHECK(backend.runs_math, "--backend " << backend.name
+                                            << ": runs no math, so it has no step time to "
+                                               "profile; project from cpu or cuda");
   ProjectConfig cfg;
   cfg.devices = run.devices;
   cfg.batch = run.batch;

@@ -25,6 +25,10 @@ std::string num(double v) {  // 6 significant digits: every CSV and baseline is 
   return o.str();
 }
 std::string integer(long long v) { return std::to_string(v); }
+// A figure a backend that runs no math (meta: memory only) did not measure: left empty.
+std::string measured(Run r, const std::string& v) {
+  return find_backend(r.cfg.backend).runs_math ? v : "";
+}
 
 // The bytes of category C at the peak (peak_mem_<category>_bytes).
 template <MemCategory C>
@@ -83,29 +87,29 @@ const std::vector<CsvColumn>& train_csv_columns() {
       {"lr_end", kNum, "learning rate at the epoch's last step",
        [](Run, Ep e) { return num(e.lr_end); }},
       {"train_loss", kNum, "mean training loss over the epoch's steps",
-       [](Run, Ep e) { return num(e.train_loss); }},
+       [](Run r, Ep e) { return measured(r, num(e.train_loss)); }},
       {"train_acc", kNum, "training accuracy over the epoch",
-       [](Run, Ep e) { return num(e.train_acc); }},
+       [](Run r, Ep e) { return measured(r, num(e.train_acc)); }},
       {"test_acc", kNum, "test accuracy after the epoch",
-       [](Run, Ep e) { return num(e.test_acc); }},
+       [](Run r, Ep e) { return measured(r, num(e.test_acc)); }},
       {"epoch_s", kNum, "training time of the epoch, seconds (evaluation excluded)",
-       [](Run, Ep e) { return num(e.epoch_s); }},
+       [](Run r, Ep e) { return measured(r, num(e.epoch_s)); }},
       {"images_per_s", kNum, "train_examples / epoch_s",
-       [](Run, Ep e) { return num(e.images_per_s); }},
+       [](Run r, Ep e) { return measured(r, num(e.images_per_s)); }},
       {"data_s", kNum, "rank 0's data loading, timed on its compute stream (CUDA events), seconds",
-       [](Run, Ep e) { return num(e.data_s); }},
+       [](Run r, Ep e) { return measured(r, num(e.data_s)); }},
       {"compute_s", kNum, "epoch_s - data_s - exposed_comm_s, seconds",
-       [](Run, Ep e) { return num(e.compute_s); }},
+       [](Run r, Ep e) { return measured(r, num(e.compute_s)); }},
       {"comm_s", kNum, "rank 0's comm stream time inside gradient collectives (CUDA events), seconds",
-       [](Run, Ep e) { return num(e.comm_s); }},
+       [](Run r, Ep e) { return measured(r, num(e.comm_s)); }},
       {"exposed_comm_s", kNum, "rank 0's compute stream wait for gradient communication (CUDA events), seconds",
-       [](Run, Ep e) { return num(e.exposed_comm_s); }},
+       [](Run r, Ep e) { return measured(r, num(e.exposed_comm_s)); }},
       {"comm_calls", kNum, "rank 0's collective calls in the epoch",
        [](Run, Ep e) { return integer(e.comm_calls); }},
       {"replicas_in_sync", kNum, "1 when all replicas' parameters are bitwise equal",
-       [](Run, Ep e) { return integer(e.replicas_in_sync); }},
+       [](Run r, Ep e) { return measured(r, integer(e.replicas_in_sync)); }},
       {"max_replica_diff", kNum, "largest |difference| of a parameter between replicas",
-       [](Run, Ep e) { return num(e.max_replica_diff); }},
+       [](Run r, Ep e) { return measured(r, num(e.max_replica_diff)); }},
       {"link_gbps", kNum, "emulated link between ranks, Gb/s per direction (0: none)",
        [](Run r, Ep) { return num(r.cfg.link.gbps); }},
       {"link_latency_us", kNum, "emulated link latency per transfer, us (0: none)",

@@ -53,6 +53,7 @@ class Run {
   const Dataset& data_;
   const EpochCallback& on_epoch_;
   const int k_, steps_;
+  const bool runs_math_;  // false: the meta backend (memory only, kernels/backends.h)
   RankSet ranks_;
   std::vector<Replica> reps_;
   RankThreads pool_;
@@ -85,7 +86,8 @@ RankSet Run::make_ranks(const TrainConfig& cfg, const DeviceFactory& make_dev) {
 Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_dev,
          const EpochCallback& on_epoch)
     : cfg_(cfg), data_(data), on_epoch_(on_epoch), k_(cfg.devices),
-      steps_((data.train.n + cfg.batch - 1) / cfg.batch), ranks_(make_ranks(cfg, make_dev)),
+      steps_((data.train.n + cfg.batch - 1) / cfg.batch),
+      runs_math_(find_backend(cfg.backend).runs_math), ranks_(make_ranks(cfg, make_dev)),
       pool_(ranks_.size(), [this](int i, const std::string& why) {
         ranks_.abort(ranks_[i].rank(), why);
       }) {
@@ -109,7 +111,9 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
     const int ndev = backend.physical_devices();
     result_.shared_gpu = cfg.procs.active() ? cfg.procs.local_size > ndev : k_ > ndev;
   }
-  if (ranks_.group->is_local(0)) {  // rank 0 initializes ...
+  // Rank 0 initializes (a backend that runs no math has nothing to initialize: a planned model
+  // of any size costs no host memory) ...
+  if (ranks_.group->is_local(0) && runs_math_) {
     const std::vector<float> init = init_params(model_param_layout(cfg.model, cfg.model_opts), cfg.seed);
     ranks_[0].upload(reps_[0].w.get(), init.data(), init.size());
   }
@@ -131,7 +135,7 @@ void Run::rank_main(int i) {
     double lr = cfg_.lr;
     const double epoch_s = train_epoch(i, e, lr);
     // ---- end of epoch: replica check, statistics, evaluation (not timed) ----
-    end_epoch(rep);
+    if (runs_math_) end_epoch(rep);  // meta: no parameters or sums to copy (nor to compare)
     EpochStats st = epoch_stats(rep, *ranks_.group, steps_, data_.train.n, epoch_s);
     if (r == 0) report_epoch(st, e, lr);
     pool_.align(i);
@@ -202,6 +206,10 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
             "--link-gbps/--link-latency-us: the emulated link needs --backend "
                 << emulated_link_backends() << " (GPU transfers use the real interconnect)");
   DPB_CHECK(cfg.threads >= 0, "--threads: must be >= 0, got " << cfg.threads);
+  DPB_CHECK(backend.runs_math || !cfg.procs.active(),
+            "--backend " << cfg.backend << ": plans its ranks as threads of one process; run it "
+                         << "without mpirun/srun (--devices " << cfg.procs.size << " plans "
+                         << cfg.procs.size << " ranks)");
   find_optimizer(cfg.optimizer);  // throws "--optimizer: unknown optimizer ..."
   find_loss(cfg.loss);
   if (cfg.procs.active()) {
