@@ -52,6 +52,8 @@ std::string micro_note(const dpb::RunOption& o) {
                     "(collectives/link.h); all-reduce benchmarks then add link_model_s (the "
                     "algorithm's alpha-beta cost) and link_ratio (measured / model)"},
       {"data_dir", "random pixels when absent"},
+      {"mlp_layers", "default 16 here: the notebook's 90 (1.5 GB of gradients a rank) would not "
+                     "fit 8 CPU ranks in a 24 GiB host"},
   };
   const auto it = notes.find(o.micro);
   return it == notes.end() ? "" : "; " + it->second;
@@ -331,9 +333,13 @@ int main(int argc, char** argv) {
     backends.push_back(&dpb::backend_of_kind(dpb::BackendKind::Cpu));
     if (&dpb::auto_backend() != backends[0]) backends.push_back(&dpb::auto_backend());
   }
-  for (const dpb::BackendEntry* b : backends)
+  for (const dpb::BackendEntry* b : backends) {
     if (const std::string why = b->unavailable(); !why.empty())
       die("--dpb_backends=" + b->name + ": " + why);
+    if (!b->runs_math)
+      die("--dpb_backends=" + b->name + ": the planning backend runs no math, so there is nothing "
+          "to time (plan memory with dpbench train --backend " + b->name + " or dpbench fit)");
+  }
 
   dpb::bench::BenchEnv env(cfg);
   add_context(cfg, backends);

@@ -36,7 +36,7 @@ const std::vector<ModelEntry>& models() {
       {"mlp", "MLP as in the sharding notebook (seed 004): --mlp-layers x (Dense(--mlp-hidden), "
               "ReLU), Dense(10); input: the data's features (378,526,058 parameters at 90 x 2056 "
               "on --data synthetic's 1024)",
-       make_mlp, 256},
+       make_mlp, 64},
   };
   return table;
 }
@@ -110,13 +110,14 @@ std::vector<int> epoch_permutation(int n, uint64_t seed, int epoch) {
 
 namespace dpb {
 std::vector<ParamInfo> model_param_layout(const std::string& name, const ModelOptions& opts) {
-  // The layout is the same on every backend: build the model once on a one-thread host device.
-  auto dev = backend_of_kind(BackendKind::Cpu).make(0, DeviceOptions{1});
+  // The layout is the same on every backend: build the model once on the planning device, whose
+  // buffers cost no memory (a 10000 x 1000000 MLP's activations at batch 1 would be 40 GB).
+  auto dev = backend_of_kind(BackendKind::Meta).make(0, DeviceOptions{1});
   return make_model(name, *dev, 1, opts)->params();
 }
 
 int model_input_size(const std::string& name, const ModelOptions& opts) {
-  auto dev = backend_of_kind(BackendKind::Cpu).make(0, DeviceOptions{1});
+  auto dev = backend_of_kind(BackendKind::Meta).make(0, DeviceOptions{1});
   return make_model(name, *dev, 1, opts)->input_size();
 }
 }  // namespace dpb

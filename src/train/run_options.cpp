@@ -223,7 +223,7 @@ std::vector<RunOption> make_table() {
        [](const C& c) { return fmt(c.link.latency_us); }},
       {"tf32", "", false, "", "allow TF32 tensor-core math (CUDA backend)", any_text,
        [](C& c, const std::string&) { c.tf32 = true; }, nullptr},
-      {"device-mem", "", false, "SIZE",
+      {"device-mem", "device_mem", false, "SIZE",
        "each device's memory capacity, e.g. 24GiB, 80GB, 512MiB (KB/MB/GB: powers of 1000, "
        "KiB/MiB/GiB: of 1024); an allocation past it fails as on a device of that size (exit 3). "
        "0: the device's own memory",

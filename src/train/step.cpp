@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <type_traits>
 
 #include "collectives/mpi/mpi_transport.h"
 #include "src/core/check.h"
@@ -168,6 +169,11 @@ EpochStats epoch_stats(const Replica& rep, CommGroup& group, int steps, int exam
   const double mine[3] = {rep.host_stats[0], rep.host_stats[1], maxdiff};
   std::vector<double> all(size_t(3) * k);
   group.allgather_host(r, mine, all.data(), sizeof mine);
+  // ... and every rank's memory peak (processes: the only way rank 0 sees the others').
+  static_assert(std::is_trivially_copyable_v<MemoryUsage>, "sent as bytes");
+  const MemoryUsage my_peak = rep.dev->memory().peak();
+  std::vector<MemoryUsage> peaks(static_cast<size_t>(k));
+  group.allgather_host(r, &my_peak, peaks.data(), sizeof my_peak);
   EpochStats st;
   st.epoch_s = epoch_s;
   st.images_per_s = examples / epoch_s;
@@ -181,6 +187,7 @@ EpochStats epoch_stats(const Replica& rep, CommGroup& group, int steps, int exam
   st.train_loss = loss / steps;
   st.train_acc = correct / examples;
   st.max_replica_diff = maxdiff;
+  st.rank_peaks = std::move(peaks);
   st.replicas_in_sync = maxdiff == 0.0;
   const SyncTimes& t = rep.sync->times();  // this rank's (the trainer reports rank 0's)
   st.comm_s = t.comm_s;

@@ -26,6 +26,9 @@ namespace dpb {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// Rank 0 evaluates the test set in batches of its shard, but of at least this many examples
+// (fewer forward calls when the shard is small); its replica is sized for that.
+constexpr int kMinEvalBatch = 64;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 double lr_at(const TrainConfig& cfg, double epoch_progress) {
@@ -95,7 +98,7 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
   adapt_barrier_spin(*ranks_.group, cfg.sync);
   result_.allreduce_resolved = ranks_.allreduce->describe();
   const int shard_max = (cfg.batch + k_ - 1) / k_;
-  const int eval_batch = std::max(shard_max, 64);
+  const int eval_batch = std::max(shard_max, kMinEvalBatch);
   for (int i = 0; i < ranks_.size(); ++i) {
     const int r = ranks_[i].rank();
     reps_.push_back(make_replica(ranks_[i], *ranks_.group, cfg.model, cfg.model_opts,
@@ -176,11 +179,12 @@ void Run::report_epoch(EpochStats st, int e, double lr) {
   st.epoch = e + 1;
   st.lr_end = lr;
   st.test_acc = evaluate(reps_[0], data_.test);  // reps_[0] is rank 0 when it is local
-  for (int i = 0; i < ranks_.size(); ++i) {  // after evaluation: its batch counts too
-    const MemoryUsage peak = ranks_[i].memory().peak();
-    if (i == 0 || peak.total() > st.peak_mem.total())
-      st.peak_mem = peak, st.peak_mem_rank = ranks_[i].rank();
-  }
+  // Every rank's peak: this process's ranks read after evaluation (its batch counts too), the
+  // other processes' as epoch_stats gathered them.
+  for (int i = 0; i < ranks_.size(); ++i) st.rank_peaks[ranks_[i].rank()] = ranks_[i].memory().peak();
+  for (int p = 0; p < int(st.rank_peaks.size()); ++p)
+    if (p == 0 || st.rank_peaks[p].total() > st.peak_mem.total())
+      st.peak_mem = st.rank_peaks[p], st.peak_mem_rank = p;
   result_.epochs.push_back(st);
   if (on_epoch_) on_epoch_(st, result_);
 }
@@ -252,9 +256,15 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data,
     return Run(cfg, data, make_dev, on_epoch).go();
   } catch (const OutOfMemory& e) {  // the one message names the batch that did not fit
     const int k = cfg.devices, per = (cfg.batch + k - 1) / k;
+    // Rank 0's replica also evaluates, in batches of at least kMinEvalBatch: its buffers are
+    // sized for that when the shard is smaller, which the message says.
+    const std::string eval =
+        per < kMinEvalBatch ? "; rank 0's buffers are sized for its evaluation batch, " +
+                                  std::to_string(kMinEvalBatch)
+                            : "";
     throw OutOfMemory(std::string(e.what()) + "; batch per device " + std::to_string(per) +
                           " (global batch " + std::to_string(cfg.batch) + " on " +
-                          std::to_string(k) + " device" + (k == 1 ? "" : "s") + ")",
+                          std::to_string(k) + " device" + (k == 1 ? "" : "s") + ")" + eval,
                       e.bytes(), e.capacity());
   }
 }
