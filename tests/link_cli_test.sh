@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # link_cli_test.sh BUILD_DIR: the emulated link and the projection on the command line: bad
 # values refused naming the option; `dpbench project` prints one JSON object, writes a profile
-# and reads it back; an emulated-link training run records its link in the CSV and names the
-# devices with it.
+# and reads it back; it profiles the --optimizer/--loss table entries and records them (a profile
+# is refused for another optimizer or loss); an emulated-link training run records its link in the
+# CSV and names the devices with it.
 set -u
 BIN="$1/dpbench"
 fails=0
@@ -35,6 +36,33 @@ grep -q '"epoch_s"' <<<"$out" && grep -q '"exposed_comm_s"' <<<"$out" || fail "p
 "$BIN" project --model lenet --devices 4 --profile "$tmp/p.json" --overlap on \
     --grad-sync bucketed | grep -q '"compute_s"' || fail "project --profile"
 expect_fail "profiles lenet" project --model resnet18 --profile "$tmp/p.json"
+grep -q '"optimizer": "sgd"' "$tmp/p.json" && grep -q '"loss": "xent"' "$tmp/p.json" \
+  || fail "the profile does not record sgd / xent: $(cat "$tmp/p.json")"
+# The notebook's optimizer and loss on a small MLP: measured through their table entries, recorded
+# in the profile and the output; the profile's input is --data synthetic's --mlp-input (1024).
+MLP=(--model mlp --mlp-layers 4 --mlp-hidden 64 --data synthetic)
+out=$("$BIN" project "${MLP[@]}" --optimizer adam --loss mse --devices 2 --batch 64 \
+      --train-limit 256 --link-gbps 1 --profile-steps 1 --profile-out "$tmp/adam.json" 2>/dev/null) \
+  || fail "project --optimizer adam --loss mse"
+grep -q '"optimizer":"adam"' <<<"$out" && grep -q '"loss":"mse"' <<<"$out" \
+  || fail "project output lacks adam / mse: $out"
+/usr/bin/env python3 - "$tmp/adam.json" <<'PY' || fail "the Adam profile"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert (p["optimizer"], p["loss"], p["model"]) == ("adam", "mse", "mlp"), p
+assert p["model_options"] == {"mlp_layers": 4, "mlp_hidden": 64, "mlp_input": 1024}, p
+assert p["optimizer_s"] > 0 and len(p["params"]) == 2 * 5, p
+PY
+"$BIN" project "${MLP[@]}" --optimizer adam --loss mse --devices 4 --profile "$tmp/adam.json" \
+  | grep -q '"optimizer":"adam"' || fail "project --profile (adam)"
+expect_fail "profiles --optimizer adam --loss mse, not --optimizer sgd --loss xent" \
+  project "${MLP[@]}" --profile "$tmp/adam.json"
+expect_fail "--optimizer" project "${MLP[@]}" --optimizer lion
+expect_fail "--loss" project "${MLP[@]}" --loss hinge
+# Fashion-MNIST (the default --data): the MLP takes the 784 pixels, as `dpbench train` builds it.
+"$BIN" project --model mlp --mlp-layers 2 --mlp-hidden 16 --devices 1 --batch 8 --train-limit 16 \
+    --profile-steps 1 --profile-out "$tmp/mlp784.json" >/dev/null 2>&1 || fail "project mlp"
+grep -q '"mlp_input": 784' "$tmp/mlp784.json" || fail "the MLP on fashion-mnist: $(head -c 300 "$tmp/mlp784.json")"
 if [ -d /usr/share/datasets/fashion-mnist ]; then
   out=$("$BIN" train --devices 2 --batch 32 --epochs 1 --train-limit 64 --test-limit 16 \
       --link-gbps 2 --link-latency-us 10 --grad-sync bucketed --bucket-mb 0.1 --overlap on \

@@ -1,6 +1,7 @@
 // project_cmd.cpp: `dpbench project`: predicted epoch time of k devices on a link, from a profile
 // of one device (measured here in a few steps, or read with --profile from a file written by
-// --profile-out, e.g. on a GPU machine).
+// --profile-out, e.g. on a GPU machine). The profiled step is the trainer's (the --optimizer and
+// --loss table entries, the model of --model/--mlp-*/--data).
 //   dpbench project --model resnet18 --devices 4 --grad-sync bucketed --overlap on
 //                   --link-gbps 100 --link-latency-us 5
 #include "src/cli/project_cmd.h"
@@ -13,6 +14,7 @@
 #include "src/core/check.h"
 #include "src/core/registry.h"
 #include "src/core/files.h"
+#include "src/train/run_data.h"
 #include "src/train/run_options.h"
 
 namespace dpb {
@@ -30,7 +32,8 @@ CLI::App* add_project_command(CLI::App& app, ProjectArgs& a) {
   // device the profile is measured on, --train-limit the training examples per epoch (0: all).
   a.opts = std::make_unique<CliRunOptions>(
       p, a.run,
-      std::vector<std::string>{"model", "mlp-layers", "mlp-hidden", "mlp-input", "backend",
+      std::vector<std::string>{"model", "mlp-layers", "mlp-hidden", "mlp-input", "data",
+                               "optimizer", "loss", "backend",
                                "devices", "batch", "allreduce", "tune-file", "grad-sync",
                                "overlap", "bucket-mb", "link-gbps", "link-latency-us",
                                "train-limit", "threads"});
@@ -46,6 +49,7 @@ CLI::App* add_project_command(CLI::App& app, ProjectArgs& a) {
 
 int run_project(ProjectArgs& a) {
   a.opts->apply();  // the shared checks, as `dpbench train` makes them
+  settle_data_features(a.run, a.opts->given("mlp-input"));  // Fashion-MNIST: the MLP takes 784
   const TrainConfig& run = a.run;
   const BackendEntry& backend = resolve_backend(run.backend);
   DPB_CHECK(backend.runs_math, "--backend " << backend.name
@@ -81,6 +85,10 @@ int run_project(ProjectArgs& a) {
     prof = profile_from_json(j, "--profile " + a.profile_in);
     DPB_CHECK(prof.model == model, "--profile: '" << a.profile_in << "' profiles " << prof.model
                                                   << ", not --model " << model);
+    DPB_CHECK(prof.optimizer == run.optimizer && prof.loss == run.loss,
+              "--profile: '" << a.profile_in << "' profiles --optimizer " << prof.optimizer
+                             << " --loss " << prof.loss << ", not --optimizer " << run.optimizer
+                             << " --loss " << run.loss);
   } else {
     // The shard and math threads of rank 0 in `dpbench train` with the same flags.
     const int threads = run.threads > 0 ? run.threads : std::max(1, hw / cfg.devices);
@@ -89,11 +97,12 @@ int run_project(ProjectArgs& a) {
     // At most 2 x cores of them (the projection stretches compute for the rest).
     const int ranks = backend.kind == BackendKind::Cpu && cfg.cores > 0
                           ? std::min(cfg.devices, 2 * cfg.cores) : 1;
-    std::fprintf(stderr, "dpbench project: measuring %s on %d %s device(s) side by side, %d "
-                         "image(s), %d thread(s) each, %d step(s)\n", model.c_str(), ranks,
+    std::fprintf(stderr, "dpbench project: measuring %s (optimizer %s, loss %s) on %d %s "
+                         "device(s) side by side, %d image(s), %d thread(s) each, %d step(s)\n",
+                 model.c_str(), run.optimizer.c_str(), run.loss.c_str(), ranks,
                  backend.name.c_str(), shard, threads, a.profile_steps);
-    prof = measure_profile(model, run.model_opts, backend.name, threads, shard, a.profile_steps,
-                           ranks);
+    prof = measure_profile(model, run.model_opts, run.optimizer, run.loss, backend.name, threads,
+                           shard, a.profile_steps, ranks);
   }
   if (!a.profile_out.empty()) write_file_atomic(a.profile_out, profile_to_json(prof).dump(1) + "\n");
   const Projection p = project(prof, cfg);

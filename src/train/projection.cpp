@@ -16,6 +16,9 @@
 #include "src/core/registry.h"
 #include "src/core/stats.h"
 #include "src/model/model.h"
+#include "src/train/loss.h"
+#include "src/train/optimizer.h"
+#include "src/train/step.h"
 
 namespace dpb {
 namespace {
@@ -23,7 +26,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-constexpr int kClasses = 10;
 constexpr const char* kFormat = "dpbench-profile/1";
 
 std::string cpu_model_name() {
@@ -49,57 +51,46 @@ struct RawSteps {
   std::vector<size_t> sizes;
 };
 
-// `step_start` is called before every step (all replicas start together).
-RawSteps measure_one(const std::string& model, const ModelOptions& opts, const BackendEntry& backend,
-                     int threads, int batch, int steps, int rank,
-                     const std::function<void()>& step_start) {
-  auto dev = make_device(backend, rank, DeviceOptions{threads, false, /*gpu=*/0});
-  auto net = make_model(model, *dev, batch, opts);
-  const size_t in = size_t(net->input_size());
-  const size_t P = net->num_floats();
-  Buffer w(*dev, P, MemCategory::Parameters, "profile parameters");
-  Buffer g(*dev, P, MemCategory::Gradients, "profile gradients");
-  Buffer x(*dev, size_t(batch) * in, MemCategory::Data, "profile images");
-  Buffer y(*dev, size_t(batch), MemCategory::Data, "profile labels");
-  Buffer dl(*dev, size_t(batch) * kClasses, MemCategory::Temporaries, "profile logits gradient");
-  Buffer st(*dev, 2, MemCategory::Temporaries, "profile stats");
-  const std::vector<float> init = init_params(net->params(), 0);
-  dev->upload(w.get(), init.data(), P);
+// Rank r's replica's steps, made of the trainer's own step functions (src/train/step.h), without
+// communication: data, forward with the loss, backward (each gradient's ready time taken on a
+// synchronized device), the optimizer's update. `step_start` is called before every step (all
+// replicas start together).
+RawSteps measure_one(Replica& rep, int batch, int steps, const std::function<void()>& step_start) {
+  Device& dev = *rep.dev;
+  const size_t in = size_t(rep.model->input_size());
   std::vector<uint8_t> img(size_t(batch) * in), lab(batch);
   uint64_t s = 12345;
   for (auto& v : img) v = uint8_t(splitmix64(s) & 0xff);
   for (auto& v : lab) v = uint8_t(splitmix64(s) % kClasses);
 
-  const int np = int(net->params().size());
+  const int np = int(rep.model->params().size());
   RawSteps out;
-  out.device = dev->name();
-  for (const auto& q : net->params()) {
+  out.device = dev.name();
+  for (const auto& q : rep.model->params()) {
     out.names.push_back(q.name);
     out.sizes.push_back(q.size);
   }
   for (int step = 0; step <= steps; ++step) {  // step 0: warm-up, not recorded
     step_start();
     auto t = Clock::now();
-    dev->load_images(x.get(), img.data(), img.size());
-    dev->load_labels(y.get(), lab.data(), lab.size());
-    dev->synchronize();
+    load_batch(rep, img.data(), lab.data(), batch);
+    dev.synchronize();
     const double d = since(t);
     t = Clock::now();
-    const float* logits = net->forward(w.get(), x.get(), batch, true);
-    dev->softmax_xent(batch, kClasses, logits, y.get(), 1.0f / batch, dl.get(), st.get());
-    dev->synchronize();
+    step_forward(rep, batch, 1.0f / float(batch));
+    dev.synchronize();
     const double f = since(t);
     std::vector<double> r(np, -1.0);
     t = Clock::now();
-    net->backward(w.get(), g.get(), dl.get(), batch, [&](int i) {
-      dev->synchronize();  // CUDA: the gradient is final when the stream gets here
+    step_backward(rep, batch, /*reduce=*/false, [&](int i) {
+      dev.synchronize();  // CUDA: the gradient is final when the stream gets here
       r[i] = since(t);
     });
-    dev->synchronize();
+    dev.synchronize();
     const double b = since(t);
     t = Clock::now();
-    dev->sgd_step(w.get(), g.get(), 1e-4f, P);
-    dev->synchronize();
+    step_update(rep, 1e-4f);
+    dev.synchronize();
     const double o = since(t);
     if (step == 0) continue;
     for (int i = 0; i < np; ++i)
@@ -150,6 +141,7 @@ StepProfile combine(const std::vector<RawSteps>& reps) {
 }  // namespace
 
 StepProfile measure_profile(const std::string& model, const ModelOptions& opts,
+                            const std::string& optimizer, const std::string& loss,
                             const std::string& backend, int threads, int batch, int steps,
                             int ranks) {
   DPB_CHECK(is_model_name(model), "profile: unknown model '" << model << "'");
@@ -158,13 +150,27 @@ StepProfile measure_profile(const std::string& model, const ModelOptions& opts,
   // Side by side, the ranks share the host's cores as a run's would; on GPUs they would not.
   DPB_CHECK(ranks >= 1 && (ranks == 1 || !be.physical_devices),
             "profile: side-by-side ranks (" << ranks << ") need the CPU backend");
+  // The ranks' replicas as the trainer sets them up (one group; nothing is ever reduced: per
+  // parameter, so the all-reduce reserves no more than the largest parameter), each with the
+  // same initial parameters.
+  std::vector<std::unique_ptr<Device>> devs;
+  for (int r = 0; r < ranks; ++r)
+    devs.push_back(make_device(be, r, DeviceOptions{threads, false, /*gpu=*/0}));
+  RankSet set(std::move(devs), "ring");
+  const GradSyncConfig no_sync{SyncMode::PerParam, false};
+  std::vector<Replica> reps;
+  const std::vector<float> init = init_params(model_param_layout(model, opts), 0);
+  for (int r = 0; r < ranks; ++r) {
+    reps.push_back(make_replica(set[r], *set.group, model, opts, batch, no_sync, *set.allreduce,
+                                optimizer, loss));
+    set[r].upload(reps[r].w.get(), init.data(), init.size());
+  }
   std::barrier<> sync(ranks);
   std::vector<RawSteps> out(ranks);
   std::vector<std::exception_ptr> err(ranks);
   auto body = [&](int r) {
     try {
-      out[r] = measure_one(model, opts, be, threads, batch, steps, r,
-                           [&] { if (ranks > 1) sync.arrive_and_wait(); });
+      out[r] = measure_one(reps[r], batch, steps, [&] { if (ranks > 1) sync.arrive_and_wait(); });
     } catch (...) {
       err[r] = std::current_exception();
       if (ranks > 1) sync.arrive_and_drop();  // the others do not wait for this one
@@ -179,6 +185,8 @@ StepProfile measure_profile(const std::string& model, const ModelOptions& opts,
   StepProfile p = combine(out);
   p.model = model;
   p.model_opts = opts;
+  p.optimizer = optimizer;
+  p.loss = loss;
   p.backend = backend;
   p.cpu = cpu_model_name();
   p.threads = threads;
@@ -196,6 +204,7 @@ nlohmann::json profile_to_json(const StepProfile& p) {
                              {"mlp_hidden", p.model_opts.mlp_hidden},
                              {"mlp_input", p.model_opts.mlp_input}};
   return {{"format", kFormat},     {"model", p.model},         {"model_options", mo},
+          {"optimizer", p.optimizer}, {"loss", p.loss},
           {"backend", p.backend},
           {"device", p.device},    {"cpu", p.cpu},             {"threads", p.threads},
           {"ranks", p.ranks},
@@ -223,6 +232,8 @@ StepProfile profile_from_json(const nlohmann::json& j, const std::string& source
     p.backend = field("backend").get<std::string>();
     p.device = j.value("device", "");
     p.cpu = j.value("cpu", "");
+    p.optimizer = j.value("optimizer", p.optimizer);  // older profiles: sgd with xent
+    p.loss = j.value("loss", p.loss);
   } catch (const nlohmann::json::exception& e) {
     DPB_CHECK(false, source << ": profile strings: " << e.what());
   }
@@ -240,6 +251,11 @@ StepProfile profile_from_json(const nlohmann::json& j, const std::string& source
     p.model_opts.mlp_hidden = opt("mlp_hidden", p.model_opts.mlp_hidden);
     p.model_opts.mlp_input = opt("mlp_input", p.model_opts.mlp_input);
   }
+  DPB_CHECK(find_entry(optimizers(), p.optimizer) != nullptr,
+            source << ": unknown optimizer '" << p.optimizer << "' (valid: "
+                   << entry_names(optimizers()) << ")");
+  DPB_CHECK(find_entry(losses(), p.loss) != nullptr,
+            source << ": unknown loss '" << p.loss << "' (valid: " << entry_names(losses()) << ")");
   DPB_CHECK(find_entry(backends(), p.backend) != nullptr,
             source << ": unknown backend '" << p.backend << "' (valid: " << entry_names(backends())
                    << ")");
@@ -341,6 +357,8 @@ Projection project(const StepProfile& prof, const ProjectConfig& cfg) {
 nlohmann::json projection_to_json(const StepProfile& prof, const ProjectConfig& cfg,
                                   const Projection& p) {
   return {{"model", prof.model},
+          {"optimizer", prof.optimizer},
+          {"loss", prof.loss},
           {"devices", cfg.devices},
           {"global_batch", cfg.batch},
           {"train_examples", cfg.train_examples},

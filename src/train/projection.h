@@ -4,11 +4,16 @@
 // Profile (JSON, format "dpbench-profile/1"; written by `dpbench project --profile-out FILE`, so a
 // GPU user can measure it on a GPU and project anywhere): medians over a few training steps of
 // one device at `batch` images per step:
-//   {"format": "dpbench-profile/1", "model": "resnet18", "backend": "cpu", "device": "...",
+//   {"format": "dpbench-profile/1", "model": "resnet18", "model_options": {...},
+//    "optimizer": "sgd", "loss": "xent", "backend": "cpu", "device": "...",
 //    "cpu": "...", "threads": 1, "ranks": 2, "batch": 128, "steps": 4,
 //    "data_s": .., "forward_s": .., "backward_s": .., "optimizer_s": ..,
 //    "params": [{"name": "conv1.w", "floats": 1728, "ready_s": 0.41}, ...]}   // model order
-// forward_s includes the loss; ready_s is when backward made the parameter's gradient final,
+// The step is the trainer's own (src/train/step.h: make_replica, load_batch, step_forward,
+// step_backward, step_update), so forward_s includes the loss of the loss table's entry and
+// optimizer_s is the optimizer table's entry's update (Adam's moments included); profiles without
+// "optimizer" / "loss" (older ones) were measured with sgd / xent. ready_s is when backward made
+// the parameter's gradient final,
 // from the start of backward. All times in seconds. ranks: how many replicas ran the same steps at
 // once on this machine while it was measured: on a CPU the ranks of a run share the cores and the
 // memory bandwidth, and measuring them side by side captures that. With ranks > 1 every phase
@@ -48,6 +53,7 @@ struct ParamTiming {
 struct StepProfile {
   std::string model, backend, device, cpu;
   ModelOptions model_opts;  // the model's options (JSON "model_options"; absent: the defaults)
+  std::string optimizer = "sgd", loss = "xent";  // entries of optimizers() and losses()
   int threads = 1, ranks = 1, batch = 1, steps = 0;
   double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
   std::vector<ParamTiming> params;  // model order
@@ -55,10 +61,12 @@ struct StepProfile {
 
 // Measures `steps` training steps (after one warm-up) of one device of `backend` ("cpu" |
 // "cuda") with `threads` math threads at `batch` examples of random features per step; medians.
+// optimizer and loss: entries of optimizers() and losses() (names; unknown ones throw).
 // ranks > 1 (CPU): that many replicas run the same steps side by side, each on its own thread
 // and device, starting every step together; each phase and each gradient counts as done when
 // the slowest replica's is (since the common step start), as a collective waits for the last rank.
 StepProfile measure_profile(const std::string& model, const ModelOptions& opts,
+                            const std::string& optimizer, const std::string& loss,
                             const std::string& backend, int threads, int batch, int steps,
                             int ranks = 1);
 nlohmann::json profile_to_json(const StepProfile& p);

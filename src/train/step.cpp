@@ -110,18 +110,20 @@ void step_forward(Replica& rep, int n, float loss_scale) {
                   rep.stats.get());
 }
 
-void step_backward(Replica& rep, int n, bool reduce) {
+void step_backward(Replica& rep, int n, bool reduce, const std::function<void(int)>& on_ready) {
   NvtxRange nv("backward");
   GradSync* sync = reduce ? rep.sync.get() : nullptr;
   if (sync) sync->begin_step();
+  auto ready = [sync, &on_ready](int i) {
+    if (sync) sync->grad_ready(i);
+    if (on_ready) on_ready(i);
+  };
   if (n > 0) {
-    rep.model->backward(rep.w.get(), rep.g.get(), rep.dlogits.get(), n, [sync](int i) {
-      if (sync) sync->grad_ready(i);
-    });
+    rep.model->backward(rep.w.get(), rep.g.get(), rep.dlogits.get(), n, ready);
   } else {  // an empty shard (last partial batch smaller than k) contributes zeros
     rep.dev->fill(rep.g.get(), 0.0f, rep.num_params());
-    if (sync)
-      for (int i = int(rep.model->params().size()) - 1; i >= 0; --i) sync->grad_ready(i);
+    if (sync || on_ready)
+      for (int i = int(rep.model->params().size()) - 1; i >= 0; --i) ready(i);
   }
 }
 

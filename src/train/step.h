@@ -12,6 +12,7 @@
 // Every phase is an NVTX range ("broadcast parameters", "data", "forward", "backward",
 // "gradient sync wait", "optimizer step", "evaluate") on the rank's thread.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,7 +94,10 @@ void load_examples(Replica& rep, const Split& split, const int* idx, int n);
 void step_forward(Replica& rep, int n, float loss_scale);
 // Backward; with reduce, every parameter's gradient is handed to the GradSync as soon as it is
 // final (grad_ready), which launches its all-reduce when overlap is on. Without, no communication.
-void step_backward(Replica& rep, int n, bool reduce);
+// on_ready (when set; `dpbench project`'s profile clocks it): called with each parameter's index
+// once its gradient is final, after the GradSync has it.
+void step_backward(Replica& rep, int n, bool reduce,
+                   const std::function<void(int)>& on_ready = nullptr);
 void step_sync_wait(Replica& rep);  // GradSync::finish: the gradients are summed over the ranks
 void step_update(Replica& rep, float lr);  // the replica's optimizer
 void train_step(Replica& rep, int n, int global_batch, float lr);  // all four, reducing
