@@ -1,6 +1,7 @@
 // allreduce.cpp: the host barrier, CommGroup's constructors (the threads transport itself is in
 // transport_threads.cpp) and make_allreduce, which finds an algorithm in the table (registry.cpp) and wraps it with an
-// NVTX range and abort-on-failure. The algorithms live in one file each (naive.cpp, ring.cpp,
+// NVTX range and abort-on-failure; make_collective, the same for the reduce-scatter and all-gather
+// tables (shard.h). The algorithms live in one file each (naive.cpp, ring.cpp,
 // cuda/nccl_allreduce.cu, ...). Tested by tests/test_allreduce.cpp.
 #include "collectives/allreduce.h"
 
@@ -88,8 +89,9 @@ namespace {
 // Adds the NVTX range and abort-on-failure around any algorithm, so every backend gets them.
 class Traced final : public AllReduce {
  public:
-  Traced(std::unique_ptr<AllReduce> inner, CommGroup& group)
-      : inner_(std::move(inner)), group_(group), label_("allreduce " + inner_->name() + " ") {}
+  Traced(std::unique_ptr<AllReduce> inner, CommGroup& group, Collective c)
+      : inner_(std::move(inner)), group_(group),
+        label_(std::string(collective_family(c)) + " " + inner_->name() + " "), op_(c) {}
   std::string name() const override { return inner_->name(); }
   std::string choice(size_t n) const override { return inner_->choice(n); }
   std::string describe() const override { return inner_->describe(); }
@@ -101,7 +103,7 @@ class Traced final : public AllReduce {
       abort(rank, e.what());
       throw;
     } catch (...) {
-      abort(rank, "unknown exception in all-reduce " + inner_->name());
+      abort(rank, std::string("unknown exception in ") + collective_name(op_) + " " + inner_->name());
       throw;
     }
   }
@@ -116,16 +118,22 @@ class Traced final : public AllReduce {
   std::unique_ptr<AllReduce> inner_;
   CommGroup& group_;
   std::string label_;
+  Collective op_;
 };
 
 }  // namespace
 
-std::unique_ptr<AllReduce> make_allreduce(const std::string& algorithm, CommGroup& group,
-                                          const AllReduceOptions& opts) {
-  const AllReduceEntry& e = find_allreduce(algorithm);
+std::unique_ptr<AllReduce> make_collective(Collective c, const std::string& algorithm,
+                                           CommGroup& group, const AllReduceOptions& opts) {
+  const AllReduceEntry& e = find_collective(c, algorithm);
   const std::string why = allreduce_refusal(e, group.size(), group.kind(), group.launcher());
   DPB_CHECK(why.empty(), why);
-  return std::make_unique<Traced>(e.make(group, opts), group);
+  return std::make_unique<Traced>(e.make(group, opts), group, c);
+}
+
+std::unique_ptr<AllReduce> make_allreduce(const std::string& algorithm, CommGroup& group,
+                                          const AllReduceOptions& opts) {
+  return make_collective(Collective::AllReduce, algorithm, group, opts);
 }
 
 }  // namespace dpb

@@ -1,53 +1,78 @@
-// naive.cpp: d2l's textbook all-reduce. Step 1: rank 0 receives every other rank's buffer and
-// adds it into its own; step 2: rank 0 puts the sum into every other rank's buffer. All the
-// traffic goes through one rank, so it scales poorly: it is the baseline the ring is measured
-// against. Written over the transport's steps (transport.h), so it runs across threads and
-// processes; step 1 is unfenced (the peers only wait for the put), so the threads transport
-// needs two barriers a call, as the textbook's "copy to device 0, sum, copy back" does.
-// Built by make_allreduce("naive", group); tested by tests/test_allreduce.cpp.
+// naive.cpp: d2l's textbook collectives, everything through rank 0. All-reduce: step 1, rank 0
+// receives every other rank's buffer and adds it into its own; step 2, rank 0 puts the sum into
+// every other rank's buffer. Reduce-scatter (shard.h): step 1 as the all-reduce's; step 2, rank 0
+// puts each peer's shard of the sum into it. All-gather: step 1, rank 0 copies each peer's shard
+// into its own buffer; step 2, rank 0 puts the rest of the buffer (all but the peer's own shard)
+// into every peer. All the traffic goes through one rank, so they scale poorly: they are the
+// baselines the ring is measured against. Written over the transport's steps (transport.h), so
+// they run across threads and processes; step 1 is unfenced (the peers only wait for the put:
+// a peer's buffer is next written by rank 0's put, after rank 0 has read it), so the threads
+// transport needs two barriers a call, as the textbook's "copy to device 0, sum, copy back" does.
+// Built by make_collective(c, "naive", group); tested by tests/test_allreduce.cpp and
+// tests/test_shard_collectives.cpp.
 #include <memory>
 #include <vector>
 
 #include "collectives/allreduce.h"
 #include "collectives/link.h"
+#include "collectives/shard.h"
 
 namespace dpb {
 namespace {
 
-class NaiveAllReduce final : public AllReduce {
+class NaiveCollective final : public AllReduce {
  public:
-  explicit NaiveAllReduce(CommGroup& group) : group_(group) {}
+  NaiveCollective(CommGroup& group, Collective op) : group_(group), op_(op) {}
   std::string name() const override { return "naive"; }
 
   void run(int rank, float* buf, size_t n) override {
     const int k = group_.size();
     if (k == 1 || n == 0) return;  // same decision on every rank: n is collective
     group_.begin(rank, buf);
+    const bool gather = op_ == Collective::AllGather;
     std::vector<SendOp> sends;
     std::vector<RecvOp> recvs;
-    if (rank == 0)
-      for (int p = 1; p < k; ++p) recvs.push_back({p, 0, buf, n, RecvOp::Reduce});
-    else
-      sends.push_back({0, 0, n});
-    // Unfenced: a peer's buffer is next written by rank 0's put, after rank 0 has read it.
-    group_.step(rank, sends, recvs, /*fence=*/false);  // rank 0 holds the sum
+    // Step 1: into rank 0, the peers' whole buffers summed (all-reduce, reduce-scatter) or their
+    // shards copied (all-gather).
+    for (int p = 1; p < k; ++p) {
+      const size_t off = gather ? chunk_begin(n, k, p) : 0, len = gather ? chunk_size(n, k, p) : n;
+      if (len == 0) continue;
+      if (rank == 0) recvs.push_back({p, off, buf + off, len, gather ? RecvOp::Copy : RecvOp::Reduce});
+      else if (rank == p) sends.push_back({0, off, len});
+    }
+    group_.step(rank, sends, recvs, /*fence=*/false);  // rank 0 holds the sum or every shard
     sends.clear();
     recvs.clear();
-    if (rank == 0)
-      for (int p = 1; p < k; ++p) sends.push_back({p, 0, n, /*put_off=*/0});
-    else
-      recvs.push_back({0, 0, buf, n, RecvOp::Put});
-    group_.step(rank, sends, recvs);  // every replica holds the sum; nobody reads buf any more
+    // Step 2: rank 0 puts into each peer p the ranges [lo, hi) it lacks: the whole sum, its
+    // shard of the sum, or all but its own shard.
+    for (int p = 1; p < k; ++p) {
+      const size_t off = chunk_begin(n, k, p), len = chunk_size(n, k, p);
+      std::vector<std::pair<size_t, size_t>> ranges;
+      if (op_ == Collective::AllReduce) ranges = {{0, n}};
+      else if (op_ == Collective::ReduceScatter) ranges = {{off, off + len}};
+      else ranges = {{0, off}, {off + len, n}};
+      for (auto [lo, hi] : ranges) {
+        if (hi <= lo) continue;
+        if (rank == 0) sends.push_back({p, lo, hi - lo, /*put_off=*/lo});
+        else if (rank == p) recvs.push_back({0, lo, buf + lo, hi - lo, RecvOp::Put});
+      }
+    }
+    group_.step(rank, sends, recvs);  // nobody reads buf any more
   }
 
  private:
   CommGroup& group_;
+  Collective op_;
 };
 
 }  // namespace
 
+std::unique_ptr<AllReduce> make_naive_collective(CommGroup& group, Collective c) {
+  return std::make_unique<NaiveCollective>(group, c);
+}
+
 std::unique_ptr<AllReduce> make_naive_allreduce(CommGroup& group) {
-  return std::make_unique<NaiveAllReduce>(group);
+  return make_naive_collective(group, Collective::AllReduce);
 }
 
 // Its alpha-beta cost on an emulated link (link.h; its registry entry carries it): rank 0 pulls
@@ -55,6 +80,19 @@ std::unique_ptr<AllReduce> make_naive_allreduce(CommGroup& group) {
 // after another (the same): 2(k-1) (L + n/G).
 double naive_link_cost(const LinkCostQuery& q) {
   return q.k <= 1 ? 0.0 : 2.0 * (q.k - 1) * q.link.transfer_s(q.bytes);
+}
+// Reduce-scatter: the same pulls, then one shard to each peer: (k-1) (2L + n/G + n/(kG)).
+double naive_reducescatter_link_cost(const LinkCostQuery& q) {
+  return q.k <= 1 ? 0.0
+                  : (q.k - 1) * (q.link.transfer_s(q.bytes) + q.link.transfer_s(q.bytes / q.k));
+}
+// All-gather: one shard from each peer, then all but its shard to each, the two ranges as two
+// transfers: (k-1) (L + n/(kG)) + (k-1) (2L + (k-1)n/(kG)) (one range when the peer is the last).
+double naive_allgather_link_cost(const LinkCostQuery& q) {
+  if (q.k <= 1) return 0.0;
+  const double shard = q.bytes / q.k;
+  return (q.k - 1) * q.link.transfer_s(shard) + (q.k - 1) * q.link.transfer_s((q.k - 1) * shard) +
+         (q.k - 2) * q.link.latency_us * 1e-6;
 }
 
 }  // namespace dpb

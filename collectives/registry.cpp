@@ -1,4 +1,5 @@
-// registry.cpp: the all-reduce algorithm table (see registry.h). One entry per algorithm.
+// registry.cpp: the all-reduce, reduce-scatter and all-gather algorithm tables (see registry.h).
+// One entry per algorithm and collective.
 #include "collectives/registry.h"
 
 #include "src/core/registry.h"
@@ -16,6 +17,12 @@ double ring_link_cost(const LinkCostQuery& q);    // ring.cpp
 double direct_link_cost(const LinkCostQuery& q);  // direct.cpp
 double rhd_link_cost(const LinkCostQuery& q);     // rhd.cpp
 double auto_link_cost(const LinkCostQuery& q);    // auto.cpp: its tuning table's pick
+double naive_reducescatter_link_cost(const LinkCostQuery& q);  // naive.cpp
+double naive_allgather_link_cost(const LinkCostQuery& q);      // naive.cpp
+double ring_half_link_cost(const LinkCostQuery& q);            // ring.cpp (direct's too)
+double rhd_half_link_cost(const LinkCostQuery& q);             // rhd.cpp
+std::string rhd_reducescatter_refuse_ranks(int k, int node_ranks);  // rhd.cpp
+std::string rhd_allgather_refuse_ranks(int k, int node_ranks);      // rhd.cpp
 
 const std::vector<AllReduceEntry>& allreduce_algorithms() {
   static const std::vector<AllReduceEntry> table = {
@@ -47,8 +54,104 @@ const std::vector<AllReduceEntry>& allreduce_algorithms() {
   return table;
 }
 
+namespace {
+AllReduceEntry of(Collective c, AllReduceEntry e) {
+  e.op = c;
+  return e;
+}
+}  // namespace
+
+// Reduce-scatter (shard.h). Memory traffic: a reduce of a shard loads two and stores one, 3(k-1)n
+// for all ranks together (ring, direct, rhd); naive's rank 0 sums every whole buffer and then
+// copies out the shards, 3(k-1)n + 2(k-1)n/k: no constant factor, so no model (0).
+const std::vector<AllReduceEntry>& reducescatter_algorithms() {
+  constexpr Collective c = Collective::ReduceScatter;
+  static const std::vector<AllReduceEntry> table = {
+      of(c, {"naive", "rank 0 sums every buffer and puts each rank its shard (baseline)", {},
+             nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_naive_collective(g, c); },
+             0, naive_reducescatter_link_cost}),
+      of(c, {"ring", "k-1 steps around a ring (the ring all-reduce's first half)", {}, nullptr,
+             [](CommGroup& g, const AllReduceOptions&) { return make_ring_collective(g, c); }, 3,
+             ring_half_link_cost}),
+      of(c, {"direct", "every rank sums its shard from all peers at once: 1 barrier", {}, nullptr,
+             [](CommGroup& g, const AllReduceOptions&) { return make_direct_collective(g, c); }, 3,
+             ring_half_link_cost}),
+      of(c, {"rhd", "recursive halving, log2(k) steps; k a power of two", {},
+             rhd_reducescatter_refuse_ranks,
+             [](CommGroup& g, const AllReduceOptions&) { return make_rhd_collective(g, c); }, 3,
+             rhd_half_link_cost}),
+      of(c, {"nccl", "ncclReduceScatter (uneven shards: ncclReduce per shard, grouped)",
+             {BackendKind::Cuda}, nccl_refuse_ranks,
+             [](CommGroup& g, const AllReduceOptions&) { return make_nccl_collective(g, c); }, 0,
+             ring_half_link_cost, AllReduceEntry::kBoth, nccl_max_ranks_per_gpu}),
+      of(c, {"mpi", "MPI_Reduce_scatter_block in place (uneven shards: MPI_Reduce_scatter)", {},
+             nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_mpi_collective(g, c); },
+             0, nullptr, AllReduceEntry::kProcesses, nullptr, /*link_paced=*/false}),
+  };
+  return table;
+}
+
+// All-gather (shard.h). Memory traffic: a copy loads one and stores one, 2(k-1)n (ring, direct,
+// rhd; naive: rank 0 copies in k-1 shards and out (k-1) times all but one, also 2(k-1)n).
+const std::vector<AllReduceEntry>& allgather_algorithms() {
+  constexpr Collective c = Collective::AllGather;
+  static const std::vector<AllReduceEntry> table = {
+      of(c, {"naive", "rank 0 collects every shard and puts the rest into each rank (baseline)",
+             {}, nullptr,
+             [](CommGroup& g, const AllReduceOptions&) { return make_naive_collective(g, c); }, 2,
+             naive_allgather_link_cost}),
+      of(c, {"ring", "k-1 steps around a ring (the ring all-reduce's second half)", {}, nullptr,
+             [](CommGroup& g, const AllReduceOptions&) { return make_ring_collective(g, c); }, 2,
+             ring_half_link_cost}),
+      of(c, {"direct", "every rank copies every peer's shard at once: 1 barrier", {}, nullptr,
+             [](CommGroup& g, const AllReduceOptions&) { return make_direct_collective(g, c); }, 2,
+             ring_half_link_cost}),
+      of(c, {"rhd", "recursive doubling, log2(k) steps; k a power of two", {},
+             rhd_allgather_refuse_ranks,
+             [](CommGroup& g, const AllReduceOptions&) { return make_rhd_collective(g, c); }, 2,
+             rhd_half_link_cost}),
+      of(c, {"nccl", "ncclAllGather (uneven shards: ncclBroadcast per shard, grouped)",
+             {BackendKind::Cuda}, nccl_refuse_ranks,
+             [](CommGroup& g, const AllReduceOptions&) { return make_nccl_collective(g, c); }, 0,
+             ring_half_link_cost, AllReduceEntry::kBoth, nccl_max_ranks_per_gpu}),
+      of(c, {"mpi", "MPI_Allgather in place (uneven shards: MPI_Allgatherv)", {}, nullptr,
+             [](CommGroup& g, const AllReduceOptions&) { return make_mpi_collective(g, c); }, 0,
+             nullptr, AllReduceEntry::kProcesses, nullptr, /*link_paced=*/false}),
+  };
+  return table;
+}
+
+const std::vector<AllReduceEntry>& collective_algorithms(Collective c) {
+  switch (c) {
+    case Collective::ReduceScatter: return reducescatter_algorithms();
+    case Collective::AllGather: return allgather_algorithms();
+    default: return allreduce_algorithms();
+  }
+}
+
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::ReduceScatter: return "reduce-scatter";
+    case Collective::AllGather: return "all-gather";
+    default: return "all-reduce";
+  }
+}
+
+const char* collective_family(Collective c) {
+  switch (c) {
+    case Collective::ReduceScatter: return "reducescatter";
+    case Collective::AllGather: return "allgather";
+    default: return "allreduce";
+  }
+}
+
 const AllReduceEntry& find_allreduce(const std::string& name) {
   return lookup_entry(allreduce_algorithms(), name, "--allreduce", "algorithm");
+}
+
+const AllReduceEntry& find_collective(Collective c, const std::string& name) {
+  if (c == Collective::AllReduce) return find_allreduce(name);
+  return lookup_entry(collective_algorithms(c), name, collective_name(c), "algorithm");
 }
 
 std::string allreduce_runs_on(const AllReduceEntry& e) {
@@ -62,20 +165,26 @@ std::string allreduce_refusal(const AllReduceEntry& e, int k, BackendKind kind,
                               Launcher launcher, int node_ranks) {
   bool here = e.runs_on.empty();
   for (BackendKind b : e.runs_on) here = here || b == kind;
+  // "--allreduce ring", "reduce-scatter ring": how messages name the entry.
+  const std::string what =
+      (e.op == Collective::AllReduce ? std::string("--allreduce") : collective_name(e.op)) + " " + e.name;
   if (!here) {
     std::string others;
-    for (const AllReduceEntry& o : allreduce_algorithms())
+    for (const AllReduceEntry& o : collective_algorithms(e.op))
       if (o.runs_on.empty()) others += (others.empty() ? "" : ", ") + o.name;
-    return "--allreduce " + e.name + " needs --backend " + allreduce_runs_on(e) + " (this run uses the " +
+    return what + " needs --backend " + allreduce_runs_on(e) + " (this run uses the " +
            backend_kind_name(kind) + " backend; use " + others + ")";
   }
   const bool procs = launcher != Launcher::Threads;
   if (!e.runs_with(launcher))
-    return procs ? "--allreduce " + e.name + " runs only with ranks as threads of one process "
-                                             "(start dpbench without mpirun/srun)"
-                 : "--allreduce " + e.name + " runs only with one process per rank: start dpbench "
-                                             "under mpirun or srun (e.g. mpirun -np 2 dpbench "
-                                             "train --allreduce " + e.name + ")";
+    return procs ? what + " runs only with ranks as threads of one process "
+                          "(start dpbench without mpirun/srun)"
+                 : what + " runs only with one process per rank: start dpbench "
+                          "under mpirun or srun (e.g. mpirun -np 2 " +
+                          (e.op == Collective::AllReduce
+                               ? "dpbench train --allreduce " + e.name
+                               : "dpbench-micro --benchmark_filter=" +
+                                     std::string(collective_family(e.op)) + "/") + ")";
   if (node_ranks <= 0) node_ranks = procs ? 0 : k;
   return e.refuse_ranks ? e.refuse_ranks(k, node_ranks) : "";
 }

@@ -9,20 +9,24 @@
 // barriers (with the pointer exchange) instead of the ring's 2(k-1) + 1, the same bytes moved as
 // the ring (5(k-1)n loaded + stored by all ranks together). Within a step a rank writes only its
 // kept (or received) range and its partner reads only the other one, so no step races.
-// Built by make_allreduce("rhd", group), which refuses other k; tested by tests/test_allreduce.cpp.
+// The reduce-scatter alone (shard.h) is the halving, which leaves rank r its chunk r; the
+// all-gather alone is the doubling, starting from rank r's chunk r.
+// Built by make_collective(c, "rhd", group), which refuses other k; tested by
+// tests/test_allreduce.cpp and tests/test_shard_collectives.cpp.
 #include <algorithm>
 #include <memory>
 #include <string>
 
 #include "collectives/allreduce.h"
 #include "collectives/link.h"
+#include "collectives/shard.h"
 
 namespace dpb {
 namespace {
 
-class RhdAllReduce final : public AllReduce {
+class RhdCollective final : public AllReduce {
  public:
-  explicit RhdAllReduce(CommGroup& group) : group_(group) {}
+  RhdCollective(CommGroup& group, Collective op) : group_(group), op_(op) {}
   std::string name() const override { return "rhd"; }
 
   void run(int rank, float* buf, size_t n) override {
@@ -37,14 +41,19 @@ class RhdAllReduce final : public AllReduce {
       group_.step(rank, std::span<const SendOp>(&s, s.len > 0 ? 1 : 0),
                   std::span<const RecvOp>(&r, r.len > 0 ? 1 : 0));
     };
-    int lo = 0, hi = k;                    // this rank's segment, in chunks
-    for (int d = k / 2; d >= 1; d /= 2) {  // reduce-scatter: halve; send the half we drop
-      const int mid = (lo + hi) / 2;
-      const bool upper = rank & d;
-      const int olo = upper ? lo : mid, ohi = upper ? mid : hi;  // the partner's half
-      if (upper) lo = mid; else hi = mid;
-      exchange(rank ^ d, olo, ohi, lo, hi, RecvOp::Reduce);
+    int lo = 0, hi = k;  // this rank's segment, in chunks
+    if (op_ != Collective::AllGather) {
+      for (int d = k / 2; d >= 1; d /= 2) {  // reduce-scatter: halve; send the half we drop
+        const int mid = (lo + hi) / 2;
+        const bool upper = rank & d;
+        const int olo = upper ? lo : mid, ohi = upper ? mid : hi;  // the partner's half
+        if (upper) lo = mid; else hi = mid;
+        exchange(rank ^ d, olo, ohi, lo, hi, RecvOp::Reduce);
+      }
+    } else {
+      lo = rank, hi = rank + 1;  // the all-gather starts from this rank's own chunk
     }
+    if (op_ == Collective::ReduceScatter) return;
     for (int d = 1; d < k; d *= 2) {  // all-gather: the partner's segment is the sibling half
       const int plo = (rank & d) ? lo - d : hi, phi = plo + d;
       exchange(rank ^ d, lo, hi, plo, phi, RecvOp::Copy);  // the last: nobody reads us after
@@ -55,18 +64,35 @@ class RhdAllReduce final : public AllReduce {
 
  private:
   CommGroup& group_;
+  Collective op_;
 };
 
 }  // namespace
 
-std::unique_ptr<AllReduce> make_rhd_allreduce(CommGroup& group) {
-  return std::make_unique<RhdAllReduce>(group);
+std::unique_ptr<AllReduce> make_rhd_collective(CommGroup& group, Collective c) {
+  return std::make_unique<RhdCollective>(group, c);
 }
 
-std::string rhd_refuse_ranks(int k, int /*node_ranks*/) {
+std::unique_ptr<AllReduce> make_rhd_allreduce(CommGroup& group) {
+  return make_rhd_collective(group, Collective::AllReduce);
+}
+
+namespace {
+std::string refuse(const char* what, int k) {
   if (k >= 1 && (k & (k - 1)) == 0) return "";
-  return "--allreduce rhd (recursive halving and doubling) needs a power-of-two rank count, got "
-         "k = " + std::to_string(k) + " (use 1, 2, 4, 8, ... ranks, or ring/direct for any k)";
+  return std::string(what) + " needs a power-of-two rank count, got k = " + std::to_string(k) +
+         " (use 1, 2, 4, 8, ... ranks, or ring/direct for any k)";
+}
+}  // namespace
+
+std::string rhd_refuse_ranks(int k, int /*node_ranks*/) {
+  return refuse("--allreduce rhd (recursive halving and doubling)", k);
+}
+std::string rhd_reducescatter_refuse_ranks(int k, int /*node_ranks*/) {
+  return refuse("reduce-scatter rhd (recursive halving)", k);
+}
+std::string rhd_allgather_refuse_ranks(int k, int /*node_ranks*/) {
+  return refuse("all-gather rhd (recursive doubling)", k);
 }
 
 // Its alpha-beta cost on an emulated link (link.h; its registry entry carries it). Halving: log2 k
@@ -77,5 +103,7 @@ double rhd_link_cost(const LinkCostQuery& q) {
   for (int d = q.k / 2; d >= 1; d /= 2) t += 2.0 * q.link.transfer_s(q.bytes * d / q.k);
   return t;
 }
+// Halving alone, or doubling alone: half of it, log2(k) L + (k-1)/k n/G.
+double rhd_half_link_cost(const LinkCostQuery& q) { return rhd_link_cost(q) / 2; }
 
 }  // namespace dpb

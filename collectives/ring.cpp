@@ -1,26 +1,34 @@
-// ring.cpp: ring all-reduce over the transport's steps (transport.h): runs across threads and
-// across processes. The buffer is split into k chunks
-// (chunk_begin/chunk_size). Reduce-scatter, steps s = 0..k-2: rank r adds chunk (r-s-1) mod k
-// of its left neighbour's buffer into its own; afterwards rank r holds the full sum of chunk
-// (r+1) mod k. All-gather, steps s = 0..k-2: rank r copies chunk (r-s) mod k from its left
-// neighbour. Each step is one transport step (threads: read the left neighbour's buffer, then
-// the device-ordered barrier; MPI: receive from the left, send to the right).
-//
-// Pipelining: each chunk is cut into m pieces and the 2(k-1)-step ring runs on piece j one tick
+// ring.cpp: the ring reduce-scatter, all-gather and all-reduce over the transport's steps
+// (transport.h): runs across threads and across processes. The buffer is split into k chunks
+// (chunk_begin/chunk_size). One schedule of 2(k-1) steps, each one transport step (threads: read
+// the left neighbour's buffer, then the device-ordered barrier; MPI: receive from the left, send
+// to the right); rank r owns chunk (r + rot) mod k:
+//   reduce-scatter, steps s = 0..k-2: rank r adds chunk (r + rot - s - 2) mod k of its left
+//     neighbour's buffer into its own; afterwards rank r holds the full sum of its own chunk.
+//   all-gather, steps s = k-1..2k-3: rank r copies chunk (r + rot - (s - (k-1)) - 1) mod k from its
+//     left neighbour, which holds it complete since the step before.
+// The reduce-scatter collective runs the first k-1 steps, the all-gather the last k-1 (rot = 0:
+// rank r's shard is chunk r, shard.h); the all-reduce runs the reduce-scatter's steps then the
+// all-gather's as one pipeline (below), with rot = 1, the chunk order this ring has always
+// summed in (its sums are bit for bit what they were before the halves were split out).
+// Pipelining: each chunk is cut into m pieces and the steps run on piece j one tick
 // after piece j-1 (tick t does step t-j of piece j, for every piece in flight), with one barrier
-// per tick: m + 2(k-1) - 1 ticks instead of 2(k-1) steps. Every hazard of the plain ring is at
-// least one step apart, hence one tick apart, so one barrier per tick is enough. On the CPU this
+// per tick: m + S - 1 ticks instead of S steps (S: the collective's steps; fused, the all-reduce
+// saves the m - 1 ticks that running its halves one after the other would add). Every hazard of
+// the plain ring is at least one step apart, hence one tick apart, so one barrier per tick is enough. On the CPU this
 // keeps what the left neighbour wrote in the last tick in cache when it is read (the buffers are
 // larger than the cache); on other devices, and under an emulated link (where every piece would
 // pay the link's latency), and across processes, m = 1 (the plain ring) unless a piece size is
 // given.
-// Built by make_allreduce("ring", group); tested by tests/test_allreduce.cpp.
+// Built by make_collective(c, "ring", group); tested by tests/test_allreduce.cpp and
+// tests/test_shard_collectives.cpp.
 #include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "collectives/allreduce.h"
 #include "collectives/link.h"
+#include "collectives/shard.h"
 
 namespace dpb {
 namespace {
@@ -37,10 +45,10 @@ inline size_t split_begin(size_t len, size_t m, size_t j) {
   return j * (len / m) + std::min(j, len % m);
 }
 
-class RingAllReduce final : public AllReduce {
+class RingCollective final : public AllReduce {
  public:
-  RingAllReduce(CommGroup& group, size_t piece_floats)
-      : group_(group), piece_(piece_floats),
+  RingCollective(CommGroup& group, Collective op, size_t piece_floats)
+      : group_(group), op_(op), piece_(piece_floats),
         auto_(piece_floats == 0 && group.kind() == BackendKind::Cpu &&
               group.launcher() == Launcher::Threads && !group.paced()) {}
   std::string name() const override { return "ring"; }
@@ -49,7 +57,10 @@ class RingAllReduce final : public AllReduce {
     const int k = group_.size();
     if (k == 1 || n == 0) return;  // same decision on every rank: n is collective
     group_.begin(rank, buf);
-    const int steps = 2 * (k - 1);
+    // This collective's steps of the ring: [first, first + steps).
+    const int first = op_ == Collective::AllGather ? k - 1 : 0;
+    const int steps = op_ == Collective::AllReduce ? 2 * (k - 1) : k - 1;
+    const int rot = op_ == Collective::AllReduce ? 1 : 0;
     const int left = (rank + k - 1) % k, right = (rank + 1) % k;
     const size_t biggest_chunk = chunk_size(n, k, 0);
     size_t piece = piece_;
@@ -59,7 +70,8 @@ class RingAllReduce final : public AllReduce {
     struct Piece { size_t off, len; bool gather; };
     auto piece_of = [&](int q, int s, size_t j) {
       const bool gather = s >= k - 1;
-      const int c = gather ? ((q - (s - (k - 1))) % k + k) % k : ((q - s - 1) % k + k) % k;
+      const int c = gather ? ((q + rot - (s - (k - 1)) - 1) % k + k) % k
+                           : ((q + rot - s - 2) % k + k) % k;
       const size_t len_c = chunk_size(n, k, c);
       const size_t lo = split_begin(len_c, m, j), hi = split_begin(len_c, m, j + 1);
       return Piece{chunk_begin(n, k, c) + lo, hi - lo, gather};
@@ -74,7 +86,7 @@ class RingAllReduce final : public AllReduce {
       sends.clear();
       recvs.clear();
       for (size_t j = j_lo; j <= j_hi; ++j) {
-        const int s = int(t - j);
+        const int s = first + int(t - j);
         const Piece in = piece_of(rank, s, j), out = piece_of(right, s, j);
         if (out.len > 0) sends.push_back({right, out.off, out.len});
         if (in.len > 0)
@@ -87,20 +99,31 @@ class RingAllReduce final : public AllReduce {
 
  private:
   CommGroup& group_;
+  Collective op_;
   size_t piece_;  // floats per piece of a chunk; 0: no pipelining
   bool auto_;     // CPU default: choose per call
 };
 
 }  // namespace
 
+std::unique_ptr<AllReduce> make_ring_collective(CommGroup& group, Collective c, size_t piece_floats) {
+  return std::make_unique<RingCollective>(group, c, piece_floats);
+}
+
 std::unique_ptr<AllReduce> make_ring_allreduce(CommGroup& group, size_t piece_floats) {
-  return std::make_unique<RingAllReduce>(group, piece_floats);
+  return make_ring_collective(group, Collective::AllReduce, piece_floats);
 }
 
 // Its alpha-beta cost on an emulated link (link.h; its registry entry carries it): 2(k-1) steps of
 // one chunk each, a transfer per rank and step with no link shared: 2(k-1) (L + n/(kG)).
 double ring_link_cost(const LinkCostQuery& q) {
   return q.k <= 1 ? 0.0 : 2.0 * (q.k - 1) * q.link.transfer_s(q.bytes / q.k);
+}
+
+// The reduce-scatter's or the all-gather's (the whole buffer is `bytes`): half of it,
+// (k-1) (L + n/(kG)). NCCL's ring and direct's one-shot halves cost the same.
+double ring_half_link_cost(const LinkCostQuery& q) {
+  return q.k <= 1 ? 0.0 : (q.k - 1) * q.link.transfer_s(q.bytes / q.k);
 }
 
 }  // namespace dpb

@@ -1,4 +1,4 @@
-// nccl_absent.cpp: the nccl all-reduce's functions (collectives/allreduce.h, and nccl_version of
+// nccl_absent.cpp: the nccl all-reduce's (and reduce-scatter's, all-gather's) functions (collectives/allreduce.h, and nccl_version of
 // src/core/optional_deps.h) in a build without NCCL: CMake picks this file instead of
 // nccl_allreduce.cu when the CUDA backend is not built or NCCL was not found
 // (cmake/cuda_deps.cmake). --allreduce nccl is then refused, saying why.
@@ -6,6 +6,7 @@
 #include <string>
 
 #include "collectives/allreduce.h"
+#include "collectives/shard.h"
 #include "src/core/check.h"
 #include "src/core/optional_deps.h"
 
@@ -23,6 +24,7 @@ std::string no_nccl() {
 std::string nccl_refuse_ranks(int, int) { return no_nccl(); }
 int nccl_max_ranks_per_gpu() { return 1; }  // NCCL's default (no NCCL here to ask)
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup&) { throw Error(no_nccl()); }
+std::unique_ptr<AllReduce> make_nccl_collective(CommGroup&, Collective) { throw Error(no_nccl()); }
 std::string nccl_version() { return ""; }
 
 }  // namespace dpb

@@ -5,6 +5,13 @@
 // makes and MPI broadcasts (init_one_process). Its GPU-free decisions are in nccl_allreduce.h. Built with -DDPB_CUDA=ON; make_allreduce("nccl")
 // wraps it with tracing and abort; tested by tests/test_cuda_collectives.cpp.
 //
+// Reduce-scatter and all-gather (collectives/shard.h: in place on the whole buffer, rank r's shard
+// chunk r): the same object with its own communicators, issuing ncclReduceScatter (sendbuff =
+// buf, recvbuff = buf + r * n/k) or ncclAllGather (sendbuff = buf + r * n/k, recvbuff = buf), NCCL's
+// in-place forms, when k divides n. Otherwise the shards differ in size, which those calls cannot
+// express: one ncclReduce (to root p) or ncclBroadcast (from root p) per shard p, in place, in one
+// NCCL group (what PyTorch does for uneven shards), on the same communicator and stream.
+//
 // Ranks sharing a GPU: NCCL before 2.30 refuses two ranks of one communicator on one GPU; from
 // 2.30, NCCL_MULTI_RANK_GPU_ENABLE=1 allows it (up to 2 ranks per GPU, experimental). Otherwise
 // the constructor throws a dpb::Error saying so. When allowed, NCCL calls of the ranks on one GPU
@@ -43,6 +50,7 @@
 
 #include "collectives/allreduce.h"
 #include "collectives/cuda/nccl_allreduce.h"
+#include "collectives/shard.h"
 #include "src/core/launcher.h"
 #include "src/core/optional_deps.h"
 #include "kernels/cuda/cuda_device.h"
@@ -125,8 +133,8 @@ void cap_ctas_for_shared_gpu(int gpu, int ranks_on_gpu) {
 // The nccl all-reduce; see the header comment.
 class NcclAllReduce final : public AllReduce {
  public:
-  explicit NcclAllReduce(CommGroup& group)
-      : group_(group) {
+  NcclAllReduce(CommGroup& group, Collective op)
+      : group_(group), op_(op) {
     if (group.launcher() != Launcher::Threads) {
       gate_ = std::make_unique<NcclCallGate>(std::vector<int>(size_t(group.size()), 0));
       init_one_process();
@@ -184,12 +192,12 @@ class NcclAllReduce final : public AllReduce {
   std::string name() const override { return "nccl"; }
 
   void run(int rank, float* buf, size_t n) override {
-    DPB_CHECK(!group_.aborted(), "rank " << rank << ": nccl all-reduce aborted");
+    DPB_CHECK(!group_.aborted(), "rank " << rank << ": nccl " << collective_name(op_) << " aborted");
     if (n == 0) return;
     CudaDevice& dev = *devs_[rank];
     CUDA_CHECK(cudaSetDevice(dev.gpu()));
-    const std::string what = "nccl all-reduce of " + std::to_string(n) + " floats on cuda:" +
-                             std::to_string(dev.gpu());
+    const std::string what = std::string("nccl ") + collective_name(op_) + " of " +
+                             std::to_string(n) + " floats on cuda:" + std::to_string(dev.gpu());
     auto state = [&](const char* when) {  // true: done; false: in progress; throws on errors
       ncclResult_t st = ncclSuccess;
       NCCL_CHECK(ncclCommGetAsyncError(comms_[rank], &st), "rank " << rank << ", " << what);
@@ -202,9 +210,7 @@ class NcclAllReduce final : public AllReduce {
         rank,
         [&] {
           state(", an error from an earlier call");
-          // Count in elements (floats), not bytes.
-          const ncclResult_t res =
-              ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comms_[rank], dev.comm_stream());
+          const ncclResult_t res = issue(rank, buf, n, dev.comm_stream());
           if (res == ncclInProgress) return false;  // e.g. connecting to the peers (first use)
           NCCL_CHECK(res, "rank " << rank << ", " << what << ": " << ncclGetLastError(comms_[rank]));
           return true;
@@ -232,6 +238,33 @@ class NcclAllReduce final : public AllReduce {
   }
 
  private:
+  // Issues this object's collective on rank's communicator (counts in elements, not bytes); see
+  // the header comment for the in-place forms and uneven shards.
+  ncclResult_t issue(int rank, float* buf, size_t n, cudaStream_t stream) {
+    ncclComm_t comm = comms_[rank];
+    const int k = group_.size();
+    if (op_ == Collective::AllReduce)
+      return ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, stream);
+    if (n % size_t(k) == 0) {
+      const size_t c = n / size_t(k);
+      float* mine = buf + size_t(rank) * c;
+      return op_ == Collective::ReduceScatter
+                 ? ncclReduceScatter(buf, mine, c, ncclFloat, ncclSum, comm, stream)
+                 : ncclAllGather(mine, buf, c, ncclFloat, comm, stream);
+    }
+    ncclResult_t res = ncclGroupStart();
+    for (int p = 0; p < k && (res == ncclSuccess || res == ncclInProgress); ++p) {
+      const size_t len = chunk_size(n, k, p);
+      if (len == 0) continue;
+      float* shard = buf + chunk_begin(n, k, p);
+      res = op_ == Collective::ReduceScatter
+                ? ncclReduce(shard, shard, len, ncclFloat, ncclSum, p, comm, stream)
+                : ncclBroadcast(shard, shard, len, ncclFloat, p, comm, stream);
+    }
+    const ncclResult_t end = ncclGroupEnd();  // always closes the group
+    return res == ncclSuccess || res == ncclInProgress ? end : res;
+  }
+
   // Non-blocking communicators (see the header comment); NCCL 2.14 introduced them.
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
 #error "dpbench needs NCCL 2.14 or newer (non-blocking communicators); set NCCL_ROOT to one"
@@ -389,6 +422,7 @@ class NcclAllReduce final : public AllReduce {
   }
 
   CommGroup& group_;
+  Collective op_;
   std::unique_ptr<NcclCallGate> gate_;  // made first: abort() may run as soon as ranks do
   std::vector<CudaDevice*> devs_;
   std::vector<ncclComm_t> comms_;  // comms_[r]: read and reset only under gate_->lock(r)
@@ -414,8 +448,12 @@ int nccl_max_ranks_per_gpu() {
   return ncclGetVersion(&version) == ncclSuccess ? ranks_per_gpu_allowed(version) : 1;
 }
 
+std::unique_ptr<AllReduce> make_nccl_collective(CommGroup& group, Collective c) {
+  return std::make_unique<NcclAllReduce>(group, c);
+}
+
 std::unique_ptr<AllReduce> make_nccl_allreduce(CommGroup& group) {
-  return std::make_unique<NcclAllReduce>(group);
+  return make_nccl_collective(group, Collective::AllReduce);
 }
 
 std::string nccl_version() {

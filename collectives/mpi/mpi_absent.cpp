@@ -22,6 +22,8 @@ std::unique_ptr<Transport> make_mpi_transport(Device&, int, int, const LinkSpec&
   throw Error(no_mpi());
 }
 void mpi_allreduce_sum(Transport&, int, float*, size_t) { throw Error(no_mpi()); }
+void mpi_reduce_scatter_sum(Transport&, int, float*, size_t) { throw Error(no_mpi()); }
+void mpi_allgather(Transport&, int, float*, size_t) { throw Error(no_mpi()); }
 void mpi_abort_job(int rank, const std::string& msg) {
   std::fprintf(stderr, "dpbench: rank %d: error: %s\n", rank, msg.c_str());
   std::exit(2);

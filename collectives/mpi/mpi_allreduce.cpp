@@ -1,32 +1,44 @@
-// mpi_allreduce.cpp: `--allreduce mpi`: MPI_Allreduce in place, the MPI library's own algorithm,
-// the peer our schedules (naive, ring, ...) are measured against in the same run. Runs only with
-// one process per rank (registry.cpp says so). Built by make_allreduce("mpi", group). Built in
-// every build: without MPI, mpi_absent.cpp's mpi_allreduce_sum says this build has no MPI.
+// mpi_allreduce.cpp: the MPI library's own collectives in place, the peers our schedules (naive,
+// ring, ...) are measured against in the same run: `--allreduce mpi` (MPI_Allreduce), and the
+// reduce-scatter and all-gather tables' mpi (shard.h): MPI_Reduce_scatter_block and MPI_Allgather
+// (MPI_Reduce_scatter and MPI_Allgatherv when k does not divide n: shards of unequal size). Runs
+// only with one process per rank (registry.cpp says so). Built by make_collective(c, "mpi", group).
+// Built in every build: without MPI, mpi_absent.cpp's functions say this build has no MPI.
 #include <memory>
 
 #include "collectives/allreduce.h"
 #include "collectives/mpi/mpi_transport.h"
+#include "collectives/shard.h"
 
 namespace dpb {
 namespace {
 
-class MpiAllReduce final : public AllReduce {
+class MpiCollective final : public AllReduce {
  public:
-  explicit MpiAllReduce(CommGroup& group) : group_(group) {}
+  MpiCollective(CommGroup& group, Collective op) : group_(group), op_(op) {}
   std::string name() const override { return "mpi"; }
   void run(int rank, float* buf, size_t n) override {
     if (group_.size() == 1 || n == 0) return;
-    mpi_allreduce_sum(group_.transport(), rank, buf, n);
+    switch (op_) {
+      case Collective::ReduceScatter: mpi_reduce_scatter_sum(group_.transport(), rank, buf, n); break;
+      case Collective::AllGather: mpi_allgather(group_.transport(), rank, buf, n); break;
+      default: mpi_allreduce_sum(group_.transport(), rank, buf, n);
+    }
   }
 
  private:
   CommGroup& group_;
+  Collective op_;
 };
 
 }  // namespace
 
+std::unique_ptr<AllReduce> make_mpi_collective(CommGroup& group, Collective c) {
+  return std::make_unique<MpiCollective>(group, c);
+}
+
 std::unique_ptr<AllReduce> make_mpi_allreduce(CommGroup& group) {
-  return std::make_unique<MpiAllReduce>(group);
+  return make_mpi_collective(group, Collective::AllReduce);
 }
 
 }  // namespace dpb

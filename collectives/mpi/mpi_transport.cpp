@@ -1,4 +1,5 @@
-// mpi_transport.cpp: MpiSession, the MPI transport and MPI_Allreduce (see mpi_transport.h). Built only when
+// mpi_transport.cpp: MpiSession, the MPI transport, MPI_Allreduce, MPI_Reduce_scatter(_block) and
+// MPI_Allgather(v) (see mpi_transport.h). Built only when
 // CMake finds MPI (else mpi_absent.cpp). Tested by tests/mpi_test.sh (mpirun -np 2 and 3).
 #include <mpi.h>
 
@@ -271,6 +272,56 @@ class MpiTransport final : public Transport {
     dev_.comm_upload(buf, sstage_.get(), n);
   }
 
+  // MPI_Reduce_scatter_block / MPI_Reduce_scatter (reduce) or MPI_Allgather / MPI_Allgatherv in
+  // place on the whole buffer, rank r's shard being chunk r (collectives/shard.h); the _block and
+  // plain forms when k divides n, the forms with counts otherwise. Staging as allreduce_sum's.
+  void shard_collective(int rank, float* buf, size_t n, bool reduce) {
+    check(rank);
+    const int k = size_;
+    std::vector<int> counts(static_cast<size_t>(k)), displs(static_cast<size_t>(k));
+    for (int r = 0; r < k; ++r) {
+      counts[size_t(r)] = count(chunk_size(n, k, r));
+      displs[size_t(r)] = count(chunk_begin(n, k, r));
+    }
+    const bool even = n % size_t(k) == 0;
+    const size_t off = chunk_begin(n, k, rank_), len = chunk_size(n, k, rank_);
+    float* host = buf;
+    if (!host_) {  // the host waits for the download only, as in allreduce_sum
+      reserve_staging(n);
+      if (reduce) dev_.comm_download(sstage_.get(), buf, n);
+      else if (len > 0) dev_.comm_download(sstage_.get() + off, buf + off, len);
+      dev_.comm_synchronize();
+      upload_pending_ = false;
+      host = sstage_.get();
+    }
+    const std::string what = std::string(reduce ? "reduce-scatter" : "all-gather") + " of " +
+                             std::to_string(n) + " floats";
+    if (reduce) {
+      if (even)
+        MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, host, counts[0], MPI_FLOAT, MPI_SUM, comm_),
+                  "rank " << rank_ << ", " << what);
+      else
+        MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, host, counts.data(), MPI_FLOAT, MPI_SUM, comm_),
+                  "rank " << rank_ << ", " << what);
+      // In place, MPI leaves this rank's block at the start of the buffer: move it to the shard.
+      if (host_) {
+        if (off > 0 && len > 0) std::memmove(buf + off, buf, len * sizeof(float));
+      } else if (len > 0) {
+        dev_.comm_upload(buf + off, host, len);
+      }
+    } else {
+      if (even)
+        MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host, counts[0], MPI_FLOAT,
+                                comm_),
+                  "rank " << rank_ << ", " << what);
+      else
+        MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host, counts.data(),
+                                 displs.data(), MPI_FLOAT, comm_),
+                  "rank " << rank_ << ", " << what);
+      if (!host_) dev_.comm_upload(buf, host, n);
+    }
+  }
+
   [[noreturn]] void abort(int rank, const std::string& why) override {
     aborted_ = true;
     if (arena_) header(0)->barrier.abort();
@@ -488,6 +539,20 @@ void mpi_allreduce_sum(Transport& t, int rank, float* buf, size_t n) {
   DPB_CHECK(m, "--allreduce mpi needs one process per rank (this group's ranks are "
                    << launcher_name(t.launcher()) << ")");
   m->allreduce_sum(rank, buf, n);
+}
+
+void mpi_reduce_scatter_sum(Transport& t, int rank, float* buf, size_t n) {
+  auto* m = dynamic_cast<MpiTransport*>(&unpaced(t));
+  DPB_CHECK(m, "reduce-scatter mpi needs one process per rank (this group's ranks are "
+                   << launcher_name(t.launcher()) << ")");
+  m->shard_collective(rank, buf, n, /*reduce=*/true);
+}
+
+void mpi_allgather(Transport& t, int rank, float* buf, size_t n) {
+  auto* m = dynamic_cast<MpiTransport*>(&unpaced(t));
+  DPB_CHECK(m, "all-gather mpi needs one process per rank (this group's ranks are "
+                   << launcher_name(t.launcher()) << ")");
+  m->shard_collective(rank, buf, n, /*reduce=*/false);
 }
 
 }  // namespace dpb

@@ -69,6 +69,12 @@ std::unique_ptr<Transport> make_mpi_transport(Device& dev, int rank, int size,
 // MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM) on the MPI transport's communicator
 // (host staging for devices the host cannot read). Throws when t is not an MPI transport.
 void mpi_allreduce_sum(Transport& t, int rank, float* buf, size_t n);
+// In place on the whole buffer of n floats, rank r's shard as in collectives/shard.h:
+// MPI_Reduce_scatter_block (MPI_Reduce_scatter when k does not divide n) leaves the sum of rank
+// r's shard at its place; MPI_Allgather (MPI_Allgatherv) fills every rank's buffer from each
+// rank's shard. Host staging as mpi_allreduce_sum's. Throws when t is not an MPI transport.
+void mpi_reduce_scatter_sum(Transport& t, int rank, float* buf, size_t n);
+void mpi_allgather(Transport& t, int rank, float* buf, size_t n);
 
 // Prints "dpbench: rank R: error: msg" on stderr and ends the job (MPI_Abort). For errors outside
 // any group (configuration, data) on one process.
