@@ -178,6 +178,14 @@ def run_shapes(manifest):
     return out
 
 
+def csv_shape(row):
+    """The run's shape from its own CSV row (dpbench's has the MLP's mlp_layers, mlp_hidden and
+    mlp_input columns, read as floats: whole numbers as ints, so 90.0 reads as the notebook's 90)."""
+    def whole(v):
+        return int(v) if isinstance(v, float) and v.is_integer() else v
+    return {k: whole(row.get(k)) for k in NOTEBOOK_MODEL}
+
+
 def run_rows(out_dir, suite=SUITE, manifest=None):
     """One dict per training run (dpbench's and the peers') of the suite: shape, k, batch,
     backend, step_s, peak and its breakdown, how the peak was measured."""
@@ -186,7 +194,7 @@ def run_rows(out_dir, suite=SUITE, manifest=None):
     out = []
     for (s, scenario, impl), eps in group_runs(rows).items():
         e0, last = eps[0], eps[-1]
-        shape = shapes.get((s, scenario, impl)) or {k: e0.get(k) for k in NOTEBOOK_MODEL}
+        shape = shapes.get((s, scenario, impl)) or csv_shape(e0)
         shape.setdefault("model", e0.get("model"))
         gb = int(e0["global_batch"])
         steps = math.ceil(int(e0["train_examples"]) / gb) if e0.get("train_examples") else None

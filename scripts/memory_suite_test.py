@@ -57,7 +57,14 @@ FAKE_DPBENCH = textwrap.dedent('''\
             w.writeheader()
             for ep in range(1, int(val("--epochs", "10")) + 1):
                 r = {c: 0 for c in cols}
+                mlp = val("--model") == "mlp"
+                inp = int(val("--mlp-input", "1024")) if val("--data") == "synthetic" else 784
                 r.update(impl="dpbench", model=val("--model", "lenet"), backend=backend,
+                         optimizer=val("--optimizer", "sgd"), loss=val("--loss", "xent"),
+                         data=val("--data", "fashion-mnist"),
+                         model_params=layers * hidden * hidden if mlp else 129068,
+                         mlp_layers=layers if mlp else "", mlp_hidden=hidden if mlp else "",
+                         mlp_input=inp if mlp else "",
                          devices=k, global_batch=gb, train_examples=val("--train-limit", "60000"),
                          test_examples=val("--test-limit", "10000"), epoch=ep, epoch_s=0.5 * ep,
                          quick=1, peak_mem_bytes=total, device_mem_bytes=0)
@@ -230,6 +237,11 @@ class MemoryRun(unittest.TestCase):
             self.assertTrue({"mlp-k1", "mlp-k2", "plan-mlp-k1", "plan-resnet18-k4"} <= scen)
             self.assertEqual({x["backend"] for x in rows if x["scenario"] == "plan-lenet-k2"},
                              {"meta"})
+            # Without the manifest's commands, a run's shape comes from its own CSV columns.
+            plans = {r["scenario"]: r for r in memory_report.run_rows(out)}
+            self.assertTrue(memory_report.is_notebook(plans["plan-mlp-k1"]["shape"]),
+                            plans["plan-mlp-k1"]["shape"])
+            self.assertEqual(plans["plan-lenet-k2"]["shape"]["mlp_layers"], None)
             fits = memory_report.read_fit_rows(os.path.join(out, "fit-memory.csv"))
             self.assertEqual(len(fits), 8)
             small = next(x for x in fits if x["scenario"] == "fit-small-k1")

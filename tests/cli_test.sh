@@ -70,6 +70,26 @@ if [ -d "$DATA" ]; then
   [ "$(head -1 "$tmp/out.csv")" = "$cols" ] || { echo "FAIL: csv header is not scripts/train_csv_columns.json's"; fails=$((fails + 1)); }
   ls "$tmp" | grep -q '\.tmp\.' && { echo "FAIL: temporary file left"; fails=$((fails + 1)); }
 fi
+# The model's size in the CSV: model_params for every model, the MLP's shape (mlp_layers,
+# mlp_hidden, mlp_input) for the MLP only, right after the model column. Synthetic data: no dataset.
+"$BIN" train --model mlp --mlp-layers 3 --mlp-hidden 32 --mlp-input 16 --data synthetic \
+    --devices 2 --batch 32 --epochs 1 --train-limit 64 --test-limit 16 --quiet --csv "$tmp/mlp.csv" \
+  || { echo "FAIL: tiny MLP run"; fails=$((fails + 1)); }
+"$BIN" train --backend meta --model lenet --devices 1 --batch 32 --epochs 1 --train-limit 64 \
+    --test-limit 16 --data synthetic --quiet --csv "$tmp/lenet.csv" \
+  || { echo "FAIL: tiny LeNet plan"; fails=$((fails + 1)); }
+python3 - "$tmp/mlp.csv" "$tmp/lenet.csv" <<'PY' || { echo "FAIL: model size columns"; fails=$((fails + 1)); }
+import csv, sys
+mlp, lenet = (list(csv.DictReader(open(f)))[-1] for f in sys.argv[1:])
+head = next(csv.reader(open(sys.argv[1])))
+assert head[1:6] == ["model", "model_params", "mlp_layers", "mlp_hidden", "mlp_input"], head
+# 16x32 + 32, 2 x (32x32 + 32), 32x10 + 10
+assert (mlp["model_params"], mlp["mlp_layers"], mlp["mlp_hidden"], mlp["mlp_input"]) == \
+    ("2986", "3", "32", "16"), mlp
+assert (lenet["model_params"], lenet["mlp_layers"], lenet["mlp_hidden"], lenet["mlp_input"]) == \
+    ("129068", "", "", ""), lenet
+print("ok: model_params and the MLP's shape in the CSV")
+PY
 # With a GPU: LeNet really trains on it, on 1 and 2 ranks, past the loss plateau (3 full epochs:
 # about 0.7 test accuracy on the CPU backend), with its replicas in sync. Skipped without one.
 ngpu=$("$BIN" info 2>/dev/null | sed -n 's/.*"cuda_devices": *\([0-9]*\).*/\1/p')

@@ -36,7 +36,7 @@ const std::vector<ModelEntry>& models() {
       {"mlp", "MLP as in the sharding notebook (seed 004): --mlp-layers x (Dense(--mlp-hidden), "
               "ReLU), Dense(10); input: the data's features (378,526,058 parameters at 90 x 2056 "
               "on --data synthetic's 1024)",
-       make_mlp, 64},
+       make_mlp, 64, /*takes_options=*/true},
   };
   return table;
 }

@@ -90,6 +90,8 @@ struct ModelEntry {
   // dpbench-micro's overlap family: the global batch it times by default (--dpb_<name>_batch):
   // large enough to time a step, small enough for seconds per step on a CPU.
   int bench_batch = 256;
+  // Sized by ModelOptions (--mlp-layers, --mlp-hidden, --mlp-input); the others ignore them.
+  bool takes_options = false;
 };
 const std::vector<ModelEntry>& models();
 

@@ -30,6 +30,11 @@ std::string measured(Run r, const std::string& v) {
   return find_backend(r.cfg.backend).runs_math ? v : "";
 }
 
+// A ModelOptions value, for the models sized by them (the MLP); empty for the others.
+std::string mlp_option(Run r, int v) {
+  return lookup_entry(models(), r.cfg.model, "--model", "model").takes_options ? integer(v) : "";
+}
+
 // The bytes of category C at the peak (peak_mem_<category>_bytes).
 template <MemCategory C>
 std::string peak_of(Run, Ep e) {
@@ -45,6 +50,20 @@ const std::vector<CsvColumn>& train_csv_columns() {
       {"impl", kText, "what produced the row: dpbench (peer baselines write their own name)",
        [](Run, Ep) -> std::string { return "dpbench"; }},
       {"model", kText, entry_names(models(), " | "), [](Run r, Ep) { return r.cfg.model; }},
+      {"model_params", kNum, "the model's parameters (floats)",
+       [](Run r, Ep) {
+         size_t n = 0;
+         for (const ParamInfo& p : model_param_layout(r.cfg.model, r.cfg.model_opts)) n += p.size;
+         return std::to_string(n);
+       }},
+      {"mlp_layers", kNum, "--mlp-layers: the MLP's hidden layers (empty for the other models)",
+       [](Run r, Ep) { return mlp_option(r, r.cfg.model_opts.mlp_layers); }},
+      {"mlp_hidden", kNum, "--mlp-hidden: the MLP's hidden width (empty for the other models)",
+       [](Run r, Ep) { return mlp_option(r, r.cfg.model_opts.mlp_hidden); }},
+      {"mlp_input", kNum,
+       "the MLP's input features: --mlp-input on synthetic data, 784 on Fashion-MNIST (empty for "
+       "the other models)",
+       [](Run r, Ep) { return mlp_option(r, r.cfg.model_opts.mlp_input); }},
       {"optimizer", kText, entry_names(optimizers(), " | "),
        [](Run r, Ep) { return r.cfg.optimizer; }},
       {"loss", kText, entry_names(losses(), " | "), [](Run r, Ep) { return r.cfg.loss; }},
