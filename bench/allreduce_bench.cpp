@@ -1,4 +1,5 @@
-// allreduce_bench.cpp: the all-reduce sweep and the CPU memory-bandwidth bound.
+// allreduce_bench.cpp: the all-reduce, reduce-scatter and all-gather sweeps and the CPU
+// memory-bandwidth bound.
 //
 //   allreduce/<backend>/<algorithm>/ranks:<k>[/shared]/bytes:<n>
 //     One per algorithm of the table in collectives/registry.h that runs on the backend with k
@@ -10,6 +11,14 @@
 //     the timed loop (once per benchmark, after the warm-up) on re-initialized buffers (rank r
 //     holds (r+1)*((i%5)+1): small integers, exact in float); timed iterations run on zeros.
 //     CPU only: traffic_GBps (model below), membw_GBps (the bound), bw_fraction = their ratio.
+//   reducescatter/<backend>/<algorithm>/ranks:<k>[/shared]/bytes:<n>
+//   allgather/<backend>/<algorithm>/ranks:<k>[/shared]/bytes:<n>
+//     The same for the tables of collectives/shard.h, n the whole buffer (nccl-tests' size for
+//     both), busbw_GBps = algbw * (k-1)/k (nccl-tests' factor for both). wrong: reduce-scatter,
+//     elements of each rank's shard off the exact sum; all-gather, elements off the owner's
+//     (every rank starts with its pattern everywhere, so a shard not written is counted).
+//     Traffic model: 3(k-1)n (reduce-scatter: reduces) and 2(k-1)n (all-gather: copies), the
+//     all-reduce's two halves (registry.cpp; naive's reduce-scatter has none).
 //   membw/<backend>/copy/threads:<k>[/shared]
 //     k ranks (threads) each copy 64 MiB with Device::comm_copy (CPU: memcpy; CUDA: a
 //     device-to-device copy on the comm stream, timed by its events); membw_GBps = bytes read +
@@ -51,18 +60,35 @@ void fill_pattern(Device& dev, float* buf, size_t n, int r, std::vector<float>& 
   dev.upload(buf, host.data(), n);
 }
 
-long count_wrong(Device& dev, const float* buf, size_t n, int k, std::vector<float>& host) {
-  host.resize(n);
-  dev.download(host.data(), buf, n);
+}  // namespace
+
+long count_wrong_host(Collective op, const float* got, size_t n, int k, int r) {
   long wrong = 0;
   const int tri = k * (k + 1) / 2;
-  for (size_t i = 0; i < n; ++i) wrong += host[i] != float(int(i % 5 + 1) * tri);
+  size_t lo = 0, hi = n;  // what op defines on rank r
+  if (op == Collective::ReduceScatter) lo = chunk_begin(n, k, r), hi = lo + chunk_size(n, k, r);
+  int owner = 0;
+  for (size_t i = lo; i < hi; ++i) {
+    while (owner + 1 < k && i >= chunk_begin(n, k, owner + 1)) ++owner;
+    const int want = op == Collective::AllGather ? owner + 1 : tri;
+    wrong += got[i] != float(int(i % 5 + 1) * want);
+  }
   return wrong;
 }
 
-// Everything one all-reduce benchmark needs; kept across the framework's calls (BenchEnv::rig).
+namespace {
+
+long count_wrong(Collective op, Device& dev, const float* buf, size_t n, int k, int r,
+                 std::vector<float>& host) {
+  host.resize(n);
+  dev.download(host.data(), buf, n);
+  return count_wrong_host(op, host.data(), n, k, r);
+}
+
+// Everything one all-reduce (reduce-scatter, all-gather) benchmark needs; kept across the framework's calls (BenchEnv::rig).
 // Declaration order matters: the rank threads are joined first, the devices released last.
 struct ArRig {
+  Collective op = Collective::AllReduce;
   std::unique_ptr<DeviceSet> ds;
   std::unique_ptr<AllReduce> ar;
   std::vector<Buffer> bufs;
@@ -93,7 +119,7 @@ struct ArRig {
       (*ds)[r].comm_synchronize();
     });
     long w = 0;
-    for (int r = 0; r < k; ++r) w += count_wrong((*ds)[r], bufs[r].get(), n, k, host);
+    for (int r = 0; r < k; ++r) w += count_wrong(op, (*ds)[r], bufs[r].get(), n, k, r, host);
     for (int r = 0; r < k; ++r) {
       (*ds)[r].fill(bufs[r].get(), 0.0f, n);
       (*ds)[r].synchronize();  // CUDA: fill is on the compute stream, the all-reduce on comm
@@ -102,9 +128,10 @@ struct ArRig {
   }
 };
 
-std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, const BackendEntry& b, const std::string& alg, int k,
-                                   size_t bytes) {
+std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, const BackendEntry& b, Collective op,
+                                   const std::string& alg, int k, size_t bytes) {
   auto g = std::make_shared<ArRig>();
+  g->op = op;
   g->n = bytes / sizeof(float);
   if (b.kind == BackendKind::Cpu && k > 1) g->bound = env.membw_bound_gbps(k);  // before any timing
   g->ds = std::make_unique<DeviceSet>(b, k, 1, env.cfg().run.link, env.cfg().run.device_mem);
@@ -116,7 +143,7 @@ std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, const BackendEntry& b, const s
     g->timers.push_back(make_rank_timer(dev, TimedStream::Comm));
   }
   g->base = g->ds->in_use();  // what the algorithm allocates from here on is its own
-  g->ar = make_allreduce(alg, *g->ds->group, AllReduceOptions{env.cfg().run.tune_file});
+  g->ar = make_collective(op, alg, *g->ds->group, AllReduceOptions{env.cfg().run.tune_file});
   ArRig* raw = g.get();
   g->pool = std::make_unique<RankThreads>(
       k, [raw](int r, const std::string& why) { raw->ds->group->abort(r, why); });
@@ -125,10 +152,10 @@ std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, const BackendEntry& b, const s
 }
 
 void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, const BackendEntry& b,
-                  const std::string& alg, int k, size_t bytes) {
+                  Collective op, const std::string& alg, int k, size_t bytes) {
   ArRig* g = nullptr;
   if (!guarded(st, [&] {
-        g = &env.rig<ArRig>(name, [&] { return make_ar_rig(env, b, alg, k, bytes); });
+        g = &env.rig<ArRig>(name, [&] { return make_ar_rig(env, b, op, alg, k, bytes); });
         if (g->wrong < 0) g->wrong = g->check();  // once per benchmark, outside any timing
       })) {
     env.drop_rig();
@@ -142,7 +169,7 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
   const double mean = st.iterations() > 0 ? total / double(st.iterations()) : 0.0;
   const double algbw = mean > 0 ? double(bytes) / mean / 1e9 : 0.0;
   st.counters["algbw_GBps"] = algbw;
-  st.counters["busbw_GBps"] = algbw * allreduce_bus_factor(k);
+  st.counters["busbw_GBps"] = algbw * collective_bus_factor(op, k);
   st.counters["wrong"] = double(g->wrong);
   st.counters["bytes"] = double(bytes);
   st.counters["alloc_bytes"] = double(g->ds->alloc_bytes(g->base));
@@ -150,12 +177,16 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
   // traffic model is the one used.
   const std::string ran = g->ar->choice(g->n);
   if (g->ar->describe() != alg) st.SetLabel("ran " + ran + " | " + g->ar->describe());
-  if (const LinkSpec& link = env.cfg().run.link; link.enabled()) {  // the alpha-beta check
-    const double model = allreduce_link_cost(ran, double(bytes), k, link);
+  const AllReduceEntry& entry = find_collective(op, ran);
+  if (const LinkSpec& link = env.cfg().run.link; link.enabled() && entry.link_cost) {
+    // The alpha-beta check.
+    const double model = op == Collective::AllReduce
+                             ? allreduce_link_cost(ran, double(bytes), k, link)
+                             : entry.link_cost(LinkCostQuery{double(bytes), k, link});
     st.counters["link_model_s"] = model;
     st.counters["link_ratio"] = model > 0 ? mean / model : 0.0;  // measured / model
   }
-  const double factor = find_allreduce(ran).traffic_factor;
+  const double factor = entry.traffic_factor;
   if (b.kind == BackendKind::Cpu && factor > 0) {
     const double traffic = mean > 0 ? factor * (k - 1) * double(bytes) / mean / 1e9 : 0.0;
     st.counters["traffic_GBps"] = traffic;
@@ -207,8 +238,13 @@ void register_membw(BenchEnv& env, const BackendEntry& b) {
 }
 
 void register_allreduce(BenchEnv& env, const BackendEntry& b) {
+  for (Collective op : kCollectives) register_collective(env, b, op);
+}
+
+void register_collective(BenchEnv& env, const BackendEntry& b, Collective op) {
   const BackendKind kind = b.kind;
-  for (const AllReduceEntry& e : allreduce_algorithms()) {
+  const std::string family = collective_family(op);
+  for (const AllReduceEntry& e : collective_algorithms(op)) {
     const std::string alg = e.name;
     if (!e.runs_on.empty() &&
         std::find(e.runs_on.begin(), e.runs_on.end(), kind) == e.runs_on.end())
@@ -217,18 +253,19 @@ void register_allreduce(BenchEnv& env, const BackendEntry& b) {
       // Configurations that cannot run, or would time nothing, are left out with the reason.
       std::string why = allreduce_refusal(e, k, kind);
       if (why.empty() && k == 1)
-        why = "one rank: an all-reduce has nothing to communicate (it would time an empty call)";
+        why = std::string("one rank: ") + collective_name(op) +
+              " has nothing to communicate (it would time an empty call)";
       if (!why.empty()) {
         std::fprintf(stderr, "dpbench-micro: not registered: %s: %s\n",
-                     bench_name("allreduce", b, {alg}, k).c_str(), why.c_str());
+                     bench_name(family, b, {alg}, k).c_str(), why.c_str());
         continue;
       }
       const size_t cap = cap_for(env.cfg(), b, k);
       for (size_t bytes : allreduce_sizes(cap)) {
-        const std::string name = bench_name("allreduce", b, {alg}, k, bytes);
+        const std::string name = bench_name(family, b, {alg}, k, bytes);
         benchmark::RegisterBenchmark(name.c_str(),
-                                     [&env, name, &b, alg, k, bytes](benchmark::State& st) {
-                                       bm_allreduce(st, env, name, b, alg, k, bytes);
+                                     [&env, name, &b, op, alg, k, bytes](benchmark::State& st) {
+                                       bm_allreduce(st, env, name, b, op, alg, k, bytes);
                                      })
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);

@@ -12,6 +12,9 @@
 //     rank_min_us / rank_avg_us / rank_max_us: each rank's mean time, min / average / max over
 //     the ranks (nccl-tests -a); wrong: elements off the exact sum, over all ranks, in a check
 //     outside the timed loop (rank r holds (r+1)*((i%5)+1)). Only rank 0 reports (bench/main.cpp).
+//   reducescatter/<backend>/<algorithm>/procs:<K>/bytes:<n>, allgather/...
+//     The same for the tables of collectives/shard.h (mpi: MPI_Reduce_scatter_block,
+//     MPI_Allgather), with their bus factor (k-1)/k and wrong as in allreduce_bench.cpp.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -27,6 +30,7 @@ namespace {
 
 // This process's rank: device, group over MPI, buffer, timer.
 struct ProcRig {
+  Collective op = Collective::AllReduce;
   std::unique_ptr<Device> dev;
   std::unique_ptr<CommGroup> group;
   std::unique_ptr<AllReduce> ar;
@@ -52,16 +56,14 @@ struct ProcRig {
     return *std::max_element(all.begin(), all.end());
   }
 
-  long check() {  // the pattern's exact sum on every rank; wrong elements over all ranks
+  long check() {  // the pattern's exact result on every rank; wrong elements over all ranks
     std::vector<float> host(n);
     for (size_t i = 0; i < n; ++i) host[i] = float((rank + 1) * int(i % 5 + 1));
     dev->upload(buf.get(), host.data(), n);
     ar->run(rank, buf.get(), n);
     dev->comm_synchronize();
     dev->download(host.data(), buf.get(), n);
-    long w = 0;
-    const int tri = k * (k + 1) / 2;
-    for (size_t i = 0; i < n; ++i) w += host[i] != float(int(i % 5 + 1) * tri);
+    const long w = count_wrong_host(op, host.data(), n, k, rank);
     std::vector<long> all(static_cast<size_t>(k));
     group->allgather_host(rank, &w, all.data(), sizeof w);
     dev->fill(buf.get(), 0.0f, n);
@@ -72,9 +74,10 @@ struct ProcRig {
   }
 };
 
-std::shared_ptr<ProcRig> make_proc_rig(const BenchConfig& cfg, const BackendEntry& b, const std::string& alg,
-                                       size_t bytes) {
+std::shared_ptr<ProcRig> make_proc_rig(const BenchConfig& cfg, const BackendEntry& b, Collective op,
+                                       const std::string& alg, size_t bytes) {
   auto g = std::make_shared<ProcRig>();
+  g->op = op;
   g->rank = cfg.proc_rank;
   g->k = cfg.procs;
   g->n = bytes / sizeof(float);
@@ -84,24 +87,24 @@ std::shared_ptr<ProcRig> make_proc_rig(const BenchConfig& cfg, const BackendEntr
   // Our schedules (the transport's steps) run on the group's memory (shared by the node's
   // processes: the direct path); a library's own collective (MPI_Allreduce, not link_paced) on
   // ordinary memory, as a user's gradients are.
-  g->buf = !find_allreduce(alg).link_paced ? Buffer(*g->dev, g->n, MemCategory::Comm, "all-reduce buffer")
+  g->buf = !find_collective(op, alg).link_paced ? Buffer(*g->dev, g->n, MemCategory::Comm, "all-reduce buffer")
                                             : g->group->alloc(g->rank, g->n, MemCategory::Comm,
                                                               "all-reduce buffer");
   g->dev->fill(g->buf.get(), 0.0f, g->n);
   g->dev->synchronize();
   g->base = g->dev->memory().current().total();  // what the algorithm allocates from here on
-  g->ar = make_allreduce(alg, *g->group, AllReduceOptions{cfg.run.tune_file});
+  g->ar = make_collective(op, alg, *g->group, AllReduceOptions{cfg.run.tune_file});
   g->timer = make_rank_timer(*g->dev, TimedStream::Comm);
   g->one();  // warm-up: first touch, staging buffers, MPI's connections
   return g;
 }
 
 void bm_allreduce_procs(benchmark::State& st, BenchEnv& env, const std::string& name, const BackendEntry& b,
-                        const std::string& alg, size_t bytes) {
+                        Collective op, const std::string& alg, size_t bytes) {
   ProcRig* g = nullptr;
   // An error here (or in a run) ends the job: another process may be waiting in a collective.
   try {
-    g = &env.rig<ProcRig>(name, [&] { return make_proc_rig(env.cfg(), b, alg, bytes); });
+    g = &env.rig<ProcRig>(name, [&] { return make_proc_rig(env.cfg(), b, op, alg, bytes); });
     if (g->wrong < 0) g->wrong = g->check();
     g->rank_sum = 0;
     g->iters = 0;
@@ -125,7 +128,7 @@ void bm_allreduce_procs(benchmark::State& st, BenchEnv& env, const std::string& 
     const double mean = st.iterations() > 0 ? total / double(st.iterations()) : 0.0;
     const double algbw = mean > 0 ? double(bytes) / mean / 1e9 : 0.0;
     st.counters["algbw_GBps"] = algbw;
-    st.counters["busbw_GBps"] = algbw * allreduce_bus_factor(k);
+    st.counters["busbw_GBps"] = algbw * collective_bus_factor(op, k);
     st.counters["rank_min_us"] = lo * 1e6;
     st.counters["rank_avg_us"] = sum / k * 1e6;
     st.counters["rank_max_us"] = hi * 1e6;
@@ -140,27 +143,33 @@ void bm_allreduce_procs(benchmark::State& st, BenchEnv& env, const std::string& 
 }  // namespace
 
 void register_allreduce_procs(BenchEnv& env, const BackendEntry& b) {
+  for (Collective op : kCollectives) register_collective_procs(env, b, op);
+}
+
+void register_collective_procs(BenchEnv& env, const BackendEntry& b, Collective op) {
   const BenchConfig& cfg = env.cfg();
   const int k = cfg.procs;
   const BackendKind kind = b.kind;
-  for (const AllReduceEntry& e : allreduce_algorithms()) {
+  const std::string family = collective_family(op);
+  for (const AllReduceEntry& e : collective_algorithms(op)) {
     const std::string alg = e.name;
     std::string why = allreduce_refusal(e, k, kind, Launcher::Mpi);
-    if (why.empty() && k == 1) why = "one process: an all-reduce has nothing to communicate";
+    if (why.empty() && k == 1)
+      why = std::string("one process: ") + collective_name(op) + " has nothing to communicate";
     if (why.empty() && cfg.run.link.enabled() && !e.link_paced)
       why = "a library's own collective, not paced by the emulated link (--dpb_link_gbps)";
     if (!why.empty()) {
       if (cfg.proc_rank == 0)
-        std::fprintf(stderr, "dpbench-micro: not registered: allreduce/%s/%s/procs:%d: %s\n",
-                     b.name.c_str(), alg.c_str(), k, why.c_str());
+        std::fprintf(stderr, "dpbench-micro: not registered: %s/%s/%s/procs:%d: %s\n",
+                     family.c_str(), b.name.c_str(), alg.c_str(), k, why.c_str());
       continue;
     }
     const size_t cap = std::min(cfg.max_bytes, cfg.max_total_bytes / size_t(k));
     for (size_t bytes : allreduce_sizes(cap)) {
-      std::string name = "allreduce/" + b.name + "/" + alg + "/procs:" +
+      std::string name = family + "/" + b.name + "/" + alg + "/procs:" +
                          std::to_string(k) + "/bytes:" + std::to_string(bytes);
-      benchmark::RegisterBenchmark(name.c_str(), [&env, name, &b, alg, bytes](benchmark::State& st) {
-        bm_allreduce_procs(st, env, name, b, alg, bytes);
+      benchmark::RegisterBenchmark(name.c_str(), [&env, name, &b, op, alg, bytes](benchmark::State& st) {
+        bm_allreduce_procs(st, env, name, b, op, alg, bytes);
       })
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);

@@ -29,6 +29,7 @@
 
 #include "collectives/allreduce.h"
 #include "collectives/link.h"
+#include "collectives/shard.h"
 #include "src/core/device.h"
 #include "src/core/rank_threads.h"
 #include "kernels/backends.h"
@@ -174,8 +175,16 @@ std::vector<size_t> allreduce_sizes(size_t cap);
 
 // Registration, one function per benchmark family (each in its own file).
 void register_membw(BenchEnv& env, const BackendEntry& b);  // allreduce_bench.cpp
+// allreduce/, reducescatter/ and allgather/ (in that order): register_collective for each.
 void register_allreduce(BenchEnv& env, const BackendEntry& b);
-void register_allreduce_procs(BenchEnv& env, const BackendEntry& b);  // allreduce_procs_bench.cpp
+void register_collective(BenchEnv& env, const BackendEntry& b, Collective op);
+// Elements of rank r's result (got, n floats) off the exact one for the benchmarks' pattern (rank
+// r holds (r+1)*((i%5)+1)): all-reduce, the sum everywhere; reduce-scatter, the sum on r's shard
+// only; all-gather, the owner's value everywhere.
+long count_wrong_host(Collective op, const float* got, size_t n, int k, int r);
+// allreduce_procs_bench.cpp: allreduce/, reducescatter/, allgather/ with one rank per process.
+void register_allreduce_procs(BenchEnv& env, const BackendEntry& b);
+void register_collective_procs(BenchEnv& env, const BackendEntry& b, Collective op);
 void register_gradsync(BenchEnv& env, const BackendEntry& b);  // gradsync_bench.cpp
 void register_overlap(BenchEnv& env, const BackendEntry& b);   // overlap_bench.cpp
 

@@ -5,7 +5,7 @@
 //   build/dpbench-micro --help                            # our flags, then Google Benchmark's
 //   mpirun -np 2 build/dpbench-micro --benchmark_filter='allreduce/cpu/(ring|mpi)/'
 //       # one rank per process: allreduce/<backend>/<alg>/procs:2/bytes:<n>; rank 0 reports
-// Families (one file each): membw + allreduce (allreduce_bench.cpp), gradsync
+// Families (one file each): membw + allreduce, reducescatter, allgather (allreduce_bench.cpp), gradsync
 // (gradsync_bench.cpp), overlap (overlap_bench.cpp). Registered per backend present (cpu always,
 // cuda when a GPU is found) and per rank count. scripts/bench_to_csv.py turns the JSON into CSV.
 #include <unistd.h>
@@ -83,6 +83,8 @@ std::string dpb_flags_help() {
 
 void print_usage() {
   const std::string algs = dpb::entry_names(dpb::allreduce_algorithms(), "|");
+  const std::string rs_algs = dpb::entry_names(dpb::reducescatter_algorithms(), "|");
+  const std::string ag_algs = dpb::entry_names(dpb::allgather_algorithms(), "|");
   const std::string models = dpb::entry_names(dpb::models(), "|");
   std::printf(R"(dpbench-micro: microbenchmarks of dpbench's collectives and training steps.
 
@@ -98,6 +100,13 @@ Benchmarks (names are filterable with --benchmark_filter=REGEX):
                                                       device memory the algorithm allocated on
                                                       a rank beyond the buffer), CPU:
                                                       traffic_GBps, membw_GBps, bw_fraction
+  reducescatter/<backend>/<%s>/ranks:<k>/bytes:<n>
+  allgather/<backend>/<%s>/ranks:<k>/bytes:<n>
+                                                      the halves of the all-reduce, in place
+                                                      (rank r's shard: chunk r of n bytes, the
+                                                      whole buffer); the same counters, busbw =
+                                                      algbw * (k-1)/k (nccl-tests'), wrong: the
+                                                      shard's sum / every owner's shard
   gradsync/<backend>/<%s>/<per-param|fused|bucket1MB|bucket5MB|bucket25MB>/ranks:<k>
                                                       counters calls, bytes, busbw_GBps, wrong,
                                                       alloc_bytes (beyond the gradients)
@@ -108,7 +117,8 @@ Benchmarks (names are filterable with --benchmark_filter=REGEX):
                                                       _hi_s), comm_s, calls; compare modes with
                                                       scripts/overlap_report.py
   CUDA ranks beyond the GPU count share GPUs: their names carry "ranks:<k>/shared".
-  Under mpirun/srun (one rank per process): allreduce/<backend>/<alg>/procs:<K>/bytes:<n>
+  Under mpirun/srun (one rank per process): <allreduce|reducescatter|allgather>/<backend>/<alg>/
+          procs:<K>/bytes:<n>
                                                       the time is the slowest rank's; counters
                                                       also rank_min_us, rank_avg_us, rank_max_us
                                                       (each rank's mean, over the ranks); only
@@ -123,7 +133,7 @@ Benchmarks (names are filterable with --benchmark_filter=REGEX):
   --benchmark_out           results/micro-<UTC time>.json unless given (format json). The file is
                             written beside as FILE.tmp.<pid> and renamed into place at the end.
 %s
-)", algs.c_str(), models.c_str(), models.c_str(), dpb_flags_help().c_str(),
+)", algs.c_str(), rs_algs.c_str(), ag_algs.c_str(), models.c_str(), models.c_str(), dpb_flags_help().c_str(),
               ("Environment:\n" + dpb::run_env_help()).c_str());
   benchmark::PrintDefaultHelp();
 }
@@ -274,7 +284,8 @@ class NullReporter final : public benchmark::BenchmarkReporter {
 
 int main(int argc, char** argv) {
   BenchConfig cfg = parse_dpb_flags(&argc, argv);
-  // Under mpirun/srun: one rank per process, the all-reduce family only (allreduce_procs_bench.cpp).
+  // Under mpirun/srun: one rank per process, the allreduce, reducescatter and allgather families
+  // only (allreduce_procs_bench.cpp).
   std::optional<dpb::MpiSession> mpi;
   try {
     if (dpb::detect_launch_env().processes) {

@@ -6,7 +6,8 @@ into RESULTS_DIR/plots/. Needs matplotlib (Debian: python3-matplotlib; run it wi
   breakdown_<suite>.png     epoch time split into compute, data and exposed communication
   accuracy_<suite>.png      test accuracy vs epoch per configuration
   scaling_grid.png          final test accuracy over the global batch x lr grid (scaling suite)
-  micro_busbw.png           all-reduce bus bandwidth vs message size per algorithm and rank count
+  micro_busbw.png           all-reduce (and reduce-scatter, all-gather: a row each) bus bandwidth
+                            vs message size per algorithm and rank count
   time_to_accuracy.png      test accuracy vs training time, with each suite's target
   peers.png                 epoch time of dpbench and each peer on the same runs, with the ratio
                             (./run_all.sh --peers); the accuracy figures draw the peers dashed
@@ -50,6 +51,11 @@ plt.rcParams.update({"figure.constrained_layout.use": True, "figure.dpi": 110,
                      "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 7.5,
                      "svg.fonttype": "none"})
 
+
+
+# dpbench-micro's collective families and their titles (collectives/shard.h; nccl-tests' busbw).
+MICRO_FAMILIES = {"allreduce": "all-reduce", "reducescatter": "reduce-scatter",
+                  "allgather": "all-gather"}
 
 class Skip(Exception):
     """A figure without the data it needs."""
@@ -356,6 +362,7 @@ class Plotter:
                    self.results.get("scaling", []))
         self.save(fig, "scaling_grid")
 
+    # dpbench-micro's collective families (bench/allreduce_bench.cpp), a row of micro_busbw each.
     def micro(self):
         files = sorted(glob.glob(os.path.join(self.dir, "micro-*.json")))
         if not files:
@@ -367,7 +374,7 @@ class Plotter:
             except ValueError as e:
                 self.skipped.append(f"micro data {os.path.basename(f)}: unreadable ({e})")
                 continue
-            pts += [b for b in bench if b.get("family") == "allreduce" and "bytes" in b
+            pts += [b for b in bench if b.get("family") in MICRO_FAMILIES and "bytes" in b
                     and "busbw_GBps" in b]
         pts += [{"family": "allreduce", "backend": "cpu", "alg": p["impl"], "ranks": p["ranks"],
                  "bytes": p["bytes"], "busbw_GBps": p["busbw_GBps"], "wrong": p["wrong"]}
@@ -376,17 +383,18 @@ class Plotter:
             raise Skip("no allreduce benchmarks with bytes and busbw_GBps in " +
                        ", ".join(os.path.basename(f) for f in files))
         backends = sorted({b.get("backend", "?") for b in pts})
-        fig, axes = plt.subplots(1, len(backends), figsize=(6 * len(backends), 4.3),
-                                 squeeze=False)
+        families = [f for f in MICRO_FAMILIES if any(b["family"] == f for b in pts)]
+        fig, axes = plt.subplots(len(families), len(backends),
+                                 figsize=(6 * len(backends), 4.3 * len(families)), squeeze=False)
         algs = sorted({b.get("alg", "?") for b in pts})
         ranks_all = sorted({b.get("ranks", 0) for b in pts})
         styles = ["-", "--", ":", "-."]
-        for ax, be in zip(axes[0], backends):
+        for (fam, be), ax in zip([(f, be) for f in families for be in backends], axes.flat):
             for a_i, alg in enumerate(algs):
                 for r_i, ranks in enumerate(ranks_all):
                     line = {}
                     for b in pts:
-                        if b.get("backend") == be and b.get("alg") == alg and \
+                        if b["family"] == fam and b.get("backend") == be and b.get("alg") == alg and \
                                 b.get("ranks", 0) == ranks:
                             line.setdefault(b["bytes"], []).append(b["busbw_GBps"])
                     if not line:
@@ -395,6 +403,9 @@ class Plotter:
                     ax.plot(xs, [statistics.median(line[x]) for x in xs], marker="o", ms=3,
                             color=f"C{a_i}", ls=styles[r_i % len(styles)],
                             label=f"{alg}, {ranks} ranks")
+            if not ax.lines:
+                ax.set_visible(False)
+                continue
             for size in sorted({b["bytes"] for b in pts if b["bytes"] & (b["bytes"] - 1)}):
                 ax.axvline(size, color="0.4", ls=":", lw=0.8)  # not a power of two: a model's
                 ax.text(size, 1.0, " " + GRAD_BYTES.get(size, "model gradients"), rotation=90,
@@ -404,13 +415,17 @@ class Plotter:
                 lambda v, _: next((f"{v / 2**p:g} {u}" for p, u in ((30, "GiB"), (20, "MiB"),
                                                                       (10, "KiB"), (0, "B"))
                                    if v >= 2**p), f"{v:g} B")))
-            ax.set_xlabel("message size (bytes per rank)")
+            ax.set_xlabel("message size (bytes per rank" +
+                          (")" if fam == "allreduce" else ": the whole buffer)"))
             ax.set_ylabel("bus bandwidth (GB/s)")
-            ax.set_title(f"all-reduce, backend {be}")
+            ax.set_title(f"{MICRO_FAMILIES[fam]}, backend {be}")
             ax.legend()
-        wrong = sorted({f"{b.get('alg')} {b.get('ranks')} ranks" for b in pts if b.get("wrong")})
-        self.title(fig, "All-reduce bus bandwidth vs message size", [],
-                   "busbw = algbw x 2(k-1)/k; dotted: the models' gradient sizes" +
+        wrong = sorted({f"{b['family']} {b.get('alg')} {b.get('ranks')} ranks" for b in pts
+                        if b.get("wrong")})
+        self.title(fig, " / ".join(MICRO_FAMILIES[f] for f in families) +
+                   " bus bandwidth vs message size", [],
+                   "busbw = algbw x 2(k-1)/k (all-reduce), x (k-1)/k (reduce-scatter, all-gather);"
+                   " dotted: the models' gradient sizes" +
                    (f"\nWARNING: wrong results from {', '.join(wrong)}" if wrong else ""))
         self.save(fig, "micro_busbw")
 

@@ -2,6 +2,7 @@
 
 The names are built by bench_name() in bench/common.cpp:
     allreduce/<backend>/<algorithm>/ranks:<k>[/shared]/bytes:<n>
+    reducescatter/... and allgather/...: the same fields as allreduce
     gradsync/<backend>/<model>/<mode>/ranks:<k>[/shared]
     overlap/<backend>/<model>/<mode>/ranks:<k>[/shared]
     membw/<backend>/copy/threads:<k>[/shared]
@@ -9,9 +10,11 @@ plus Google Benchmark's suffixes (/manual_time, /repeats:N, /min_time:X, ...), w
 
     >>> parse("allreduce/cpu/ring/ranks:4/bytes:1048576/manual_time")["alg"]
     'ring'
+    >>> parse("reducescatter/cpu/rhd/ranks:4/bytes:4096")["bytes"]
+    4096
 """
 
-FAMILIES_WITH_ALG = ("allreduce", "membw")  # <family>/<backend>/<algorithm or operation>/...
+FAMILIES_WITH_ALG = ("allreduce", "reducescatter", "allgather", "membw")  # <family>/<backend>/<algorithm or operation>/...
 FAMILIES_WITH_MODEL = ("gradsync", "overlap")  # <family>/<backend>/<model>/<mode>/...
 # (Google Benchmark's threads:N suffix is not among them: dpbench-micro never uses ->Threads(),
 # and membw's own count is threads:<k>.)
@@ -28,7 +31,7 @@ def strip_suffixes(name):
 
 
 def parse(name):
-    """Fields of a benchmark name: family, backend, alg (allreduce, membw) or model and mode
+    """Fields of a benchmark name: family, backend, alg (allreduce, reducescatter, allgather, membw) or model and mode
     (gradsync, overlap), ranks (membw: threads), bytes (allreduce), shared (CUDA ranks sharing
     GPUs). Fields a family does not have are absent; ranks and bytes are ints."""
     segs = strip_suffixes(name).split("/")

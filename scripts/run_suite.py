@@ -252,7 +252,8 @@ class Runner:
                                                    "--benchmark_out_format=json"]
         log = os.path.join(self.out, "logs", suite.name, "micro.log")
         rc, wall, tail = self.execute(cmd, log, lambda l: l.startswith(
-            ("allreduce/", "gradsync/", "overlap/", "membw/", "dpbench-micro:")) or "rror" in l)
+            ("allreduce/", "reducescatter/", "allgather/", "gradsync/", "overlap/", "membw/",
+             "dpbench-micro:")) or "rror" in l)
         entry = {"suite": suite.name, "scenario": "micro", "cmd": cmd, "rc": rc,
                  "wall_s": round(wall, 2), "log": os.path.relpath(log, self.out),
                  "started_utc": utc(time.time() - wall)}

@@ -4,8 +4,10 @@ scripts and tests iterate those lists instead of their own.
 
   1. `dpbench train --help` and `dpbench info` list the same models, backends, all-reduce
      algorithms, grad-sync modes, optimizers and losses, in table order;
-  2. dpbench-micro registers allreduce/cpu/<alg> for exactly the algorithms `dpbench info` says
-     run on the CPU as threads, and scripts/link_study.py's micro mode times those;
+  2. dpbench-micro registers allreduce/cpu/<alg> (reducescatter/, allgather/) for exactly the
+     algorithms of `dpbench info`'s allreduce_algorithms (reducescatter_algorithms,
+     allgather_algorithms) that run on the CPU as threads, its --help names each table, and
+     scripts/link_study.py's micro mode times the all-reduce's;
   3. no script or shell test holds a hand list (a list, tuple, set or `for x in ...` of two or
      more names of one table) naming an entry the binaries do not list, and the files that mean
      "every entry" (link_study.py, link_study_test.sh) hold none at all.
@@ -71,10 +73,19 @@ def main():
 
     if os.path.exists(micro):
         names = out([micro, "--benchmark_list_tests=true", "--dpb_ranks=2"]).split()
-        registered = {n.split("/")[2] for n in names if n.startswith("allreduce/cpu/")}
-        if registered != cpu_threads:
-            fails.append(f"dpbench-micro registers allreduce/cpu/{sorted(registered)}, "
-                         f"dpbench info says {sorted(cpu_threads)}")
+        micro_help = out([micro, "--help"])
+        for family in ("allreduce", "reducescatter", "allgather"):
+            table = info.get(f"{family}_algorithms", [])
+            if not table:
+                fails.append(f"dpbench info lists no {family}_algorithms")
+            want = {e["name"] for e in table if "cpu" in e["runs_on"] and "threads" in e["launchers"]}
+            registered = {n.split("/")[2] for n in names if n.startswith(f"{family}/cpu/")}
+            if registered != want:
+                fails.append(f"dpbench-micro registers {family}/cpu/{sorted(registered)}, "
+                             f"dpbench info says {sorted(want)}")
+            listed = "<" + "|".join(e["name"] for e in table) + ">"
+            if f"{family}/<backend>/{listed}/" not in micro_help:
+                fails.append(f"dpbench-micro --help lacks {family}/<backend>/{listed}/")
 
     spec = importlib.util.spec_from_file_location("link_study", os.path.join(ROOT, "scripts/link_study.py"))
     link_study = importlib.util.module_from_spec(spec)

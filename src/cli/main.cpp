@@ -145,24 +145,29 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
   return 0;
 }
 
-// machine_info() and, for planners (scripts/suitelib.py), each all-reduce algorithm's backends,
+// machine_info() and, for planners (scripts/suitelib.py), each all-reduce (reduce-scatter,
+// all-gather) algorithm's backends,
 // launchers and the most ranks it lets share one GPU (null: any); then the backend, model,
 // grad-sync, optimizer and loss tables (tests/registry_lists_test.py checks them against --help).
 int run_info() {
-  nlohmann::ordered_json j = machine_info(), algs = nlohmann::ordered_json::array();
-  for (const AllReduceEntry& e : allreduce_algorithms()) {
-    nlohmann::ordered_json runs_on = nlohmann::ordered_json::array(), launchers = runs_on;
-    for (const BackendEntry& b : backends())
-      if (e.runs_on.empty() || std::count(e.runs_on.begin(), e.runs_on.end(), b.kind))
-        runs_on.push_back(b.name);
-    if (e.launchers & AllReduceEntry::kThreads) launchers.push_back("threads");
-    if (e.launchers & AllReduceEntry::kProcesses) launchers.push_back("processes");
-    algs.push_back({{"name", e.name}, {"runs_on", runs_on}, {"launchers", launchers},
-                    {"max_ranks_per_gpu", e.max_ranks_per_gpu
-                                              ? nlohmann::ordered_json(e.max_ranks_per_gpu())
-                                              : nlohmann::ordered_json()}});
+  nlohmann::ordered_json j = machine_info();
+  // allreduce_algorithms, reducescatter_algorithms, allgather_algorithms (collectives/shard.h).
+  for (Collective c : kCollectives) {
+    nlohmann::ordered_json algs = nlohmann::ordered_json::array();
+    for (const AllReduceEntry& e : collective_algorithms(c)) {
+      nlohmann::ordered_json runs_on = nlohmann::ordered_json::array(), launchers = runs_on;
+      for (const BackendEntry& b : backends())
+        if (e.runs_on.empty() || std::count(e.runs_on.begin(), e.runs_on.end(), b.kind))
+          runs_on.push_back(b.name);
+      if (e.launchers & AllReduceEntry::kThreads) launchers.push_back("threads");
+      if (e.launchers & AllReduceEntry::kProcesses) launchers.push_back("processes");
+      algs.push_back({{"name", e.name}, {"runs_on", runs_on}, {"launchers", launchers},
+                      {"max_ranks_per_gpu", e.max_ranks_per_gpu
+                                                ? nlohmann::ordered_json(e.max_ranks_per_gpu())
+                                                : nlohmann::ordered_json()}});
+    }
+    j[std::string(collective_family(c)) + "_algorithms"] = algs;
   }
-  j["allreduce_algorithms"] = algs;
   // The other tables, so that scripts and tests iterate the binaries' lists, not their own.
   nlohmann::ordered_json bs = nlohmann::ordered_json::array(), ms = bs, ss = bs;
   for (const BackendEntry& b : backends()) {
