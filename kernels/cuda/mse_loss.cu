@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/reduce.cuh"
 
 namespace dpb {
 
@@ -18,7 +19,6 @@ constexpr int kRowsPerBlock = kBlock / 32;
 __global__ void mse_loss_kernel(int n, int classes, const float* __restrict__ pred,
                                 const float* __restrict__ labels, float scale, float coef,
                                 float* __restrict__ dpred, float* __restrict__ stats) {
-  __shared__ float s_loss[kRowsPerBlock], s_correct[kRowsPerBlock];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row = blockIdx.x * kRowsPerBlock + warp;
   float loss = 0.f, correct = 0.f;
@@ -48,20 +48,7 @@ __global__ void mse_loss_kernel(int n, int classes, const float* __restrict__ pr
       for (int j = lane; j < classes; j += 32) d[j] = coef * (p[j] - (j == lab ? 1.f : 0.f));
     }
   }
-  if (lane == 0) {
-    s_loss[warp] = loss;
-    s_correct[warp] = correct;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float l = 0.f, c = 0.f;
-    for (int w = 0; w < kRowsPerBlock; ++w) {
-      l += s_loss[w];
-      c += s_correct[w];
-    }
-    atomicAdd(stats, scale * l);
-    atomicAdd(stats + 1, c);
-  }
+  cuda_kernels::block_add_row_stats<kRowsPerBlock>(loss, correct, scale, stats);
 }
 
 }  // namespace
