@@ -12,6 +12,7 @@ import argparse
 import gzip
 import json
 import os
+import socket
 
 import numpy as np
 
@@ -70,6 +71,13 @@ def shard(lo_hi_batch, k, rank):
     q, r = divmod(n, k)
     begin = rank * q + min(rank, r)
     return begin, begin + q + (1 if rank < r else 0)
+
+
+def free_port():
+    """A free TCP port on this host for torch.distributed's rendezvous (DDP peers)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def math_mode(a):

@@ -18,7 +18,6 @@ peak_mem_base_bytes is that figure before the data and the model were made).
 """
 import os
 import resource
-import socket
 import sys
 import time
 
@@ -181,12 +180,6 @@ def run(rank, a, port):
         dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     p = common.parser(__doc__.split("\n")[0], models=("mlp",), procs=True)
     p.set_defaults(lr=1e-4)
@@ -211,7 +204,7 @@ def main():
     if a.devices == 1:
         run(0, a, 0)
     else:
-        mp.spawn(run, args=(a, int(os.environ.get("MASTER_PORT") or free_port())),
+        mp.spawn(run, args=(a, int(os.environ.get("MASTER_PORT") or common.free_port())),
                  nprocs=a.devices, join=True)
 
 

@@ -10,7 +10,6 @@ Run it with Debian's python3 (python3-torch):
   /usr/bin/python3 peers/torch_train.py --model resnet18 --device cuda --devices 2 --batch 512 --lr 0.2
 """
 import os
-import socket
 import sys
 import time
 
@@ -98,12 +97,6 @@ def run(rank, a, port):
         dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     p = common.parser(__doc__.split("\n")[0], procs=True)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -117,7 +110,7 @@ def main():
     if a.devices == 1:
         run(0, a, 0)
     else:
-        mp.spawn(run, args=(a, int(os.environ.get("MASTER_PORT") or free_port())),
+        mp.spawn(run, args=(a, int(os.environ.get("MASTER_PORT") or common.free_port())),
                  nprocs=a.devices, join=True)
 
 
