@@ -15,6 +15,8 @@ into RESULTS_DIR/plots/. Needs matplotlib (Debian: python3-matplotlib; run it wi
                             (./run_all.sh --launcher both)
   memory_<suite>.png        peak memory per device by category per model and k (memory suite)
   fit_<suite>.png           largest batch and deepest MLP that fit vs k (dpbench fit)
+  sharding_memory.png       memory per device by category vs k per --shard mode (sharding suite);
+  sharding_time/_comm/_fit  step time, bytes sent per step, largest batch / deepest MLP per mode
 
 Every title names the machine (manifest.json) and says when the data are quick subsets; runs with
 ranks sharing one GPU are drawn dashed / hatched. A figure whose data are missing is skipped with a
@@ -40,6 +42,7 @@ from peerlib import FAMILY  # noqa: E402
 import peer_plots  # noqa: E402  (plots/: the peers figure)
 import launcher_plot  # noqa: E402  (plots/: threads vs processes)
 import memory_plots  # noqa: E402  (plots/: the memory suite's figures)
+import sharding_plots  # noqa: E402  (plots/: the sharding suite's figures)
 from summary import micro_peer_rows  # noqa: E402
 
 MODEL_NAME = {"lenet": "LeNet", "resnet18": "ResNet-18"}
@@ -490,7 +493,8 @@ class Plotter:
         self.attempt("micro_busbw", self.micro)
         self.attempt("time_to_accuracy", self.time_to_accuracy)
         self.attempt("peers", peer_plots.peers, self, Skip, MODEL_NAME)
-        for suite in memory_plots.suites(self.dir):  # the memory suite (plots/memory_plots.py)
+        sharding_plots.all_figures(self, Skip)  # the sharding suite (plots/sharding_plots.py)
+        for suite in memory_plots.suites(self.dir, exclude=sharding_plots.suites(self.dir)):
             self.attempt(f"memory_{suite}", memory_plots.memory, self, Skip, suite)
             self.attempt(f"fit_{suite}", memory_plots.fit, self, Skip, suite)
         self.attempt("launcher", launcher_plot.launcher, self, Skip)

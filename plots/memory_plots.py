@@ -20,11 +20,13 @@ CAT_COLORS = {"parameters": "C0", "gradients": "C1", "optimizer_state": "C2",
 PEER_MARKERS = {"pytorch": "o", "pytorch-ddp": "s", "jax-jit": "^", "jax-pmap": "v"}
 
 
-def suites(out_dir):
-    """The suites of a results folder with memory figures: the memory suite's CSV, fit CSVs."""
+def suites(out_dir, exclude=()):
+    """The suites of a results folder with memory figures: the memory suite's CSV, fit CSVs;
+    exclude: suites with figures of their own (the sharding suite's)."""
     names = [f[:-4] for f in os.listdir(out_dir) if f == f"{mr.SUITE}.csv"]
-    return list(dict.fromkeys(names + [f[len(mr.FIT_PREFIX):-4] for f in sorted(os.listdir(
-        out_dir)) if f.startswith(mr.FIT_PREFIX) and f.endswith(".csv")]))
+    return [s for s in dict.fromkeys(names + [f[len(mr.FIT_PREFIX):-4] for f in sorted(
+        os.listdir(out_dir)) if f.startswith(mr.FIT_PREFIX) and f.endswith(".csv")])
+        if s not in exclude]
 
 
 def _unit(top):

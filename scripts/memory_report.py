@@ -35,7 +35,8 @@ CAT_SHORT = {"parameters": "param", "gradients": "grad", "optimizer_state": "opt
              "data": "data"}
 FIT_ANSWER_RCS = (0, 1, 3)  # fit's exit statuses that come with a result (1: --check disagreed)
 FIT_COLUMNS = (["suite", "scenario", "impl", "model", "optimizer", "loss", "data", "mlp_layers",
-                "mlp_hidden", "mlp_input", "devices", "device_mem_bytes", "vary", "plan_backend",
+                "mlp_hidden", "mlp_input", "devices", "shard", "device_mem_bytes", "vary",
+                "plan_backend",
                 "fits", "answer", "batch_per_device", "global_batch", "limit_hit", "peak_mem_bytes"]
                + [f"peak_mem_{c}_bytes" for c in CATEGORIES]
                + ["plans", "search_s", "check_backend", "check", "check_runs"])
@@ -67,8 +68,9 @@ NOTEBOOK_FIT = {  # (vary, devices) -> (what the notebook says, test of our answ
 # ----------------------------------------------------------------------------- fit rows
 
 
-def fit_row(suite, scenario, j):
-    """One DIR/fit-<suite>.csv row (dict) from `dpbench fit --json`'s object."""
+def fit_row(suite, scenario, j, args=()):
+    """One DIR/fit-<suite>.csv row (dict) from `dpbench fit --json`'s object; args: the fit's
+    arguments (its --shard mode when the JSON does not name it)."""
     mlp = j.get("mlp") or {}
     peak = j.get("peak_mem") or {}
     check = j.get("check")
@@ -76,6 +78,7 @@ def fit_row(suite, scenario, j):
            "optimizer": j.get("optimizer"), "loss": j.get("loss"), "data": j.get("data"),
            "mlp_layers": mlp.get("layers"), "mlp_hidden": mlp.get("hidden"),
            "mlp_input": mlp.get("input"), "devices": j.get("devices"),
+           "shard": j.get("shard") or arg_value(list(args), "--shard", "none"),
            "device_mem_bytes": j.get("device_mem_bytes"), "vary": j.get("vary"),
            "plan_backend": j.get("plan_backend"), "fits": int(bool(j.get("fits"))),
            "answer": j.get("answer"), "batch_per_device": j.get("batch_per_device"),
@@ -102,7 +105,8 @@ def read_fit_rows(path):
             if v == "":
                 r[k] = None
             elif k not in ("suite", "scenario", "impl", "model", "optimizer", "loss", "data",
-                           "vary", "plan_backend", "check_backend", "check", "check_runs"):
+                           "shard", "vary", "plan_backend", "check_backend", "check",
+                           "check_runs"):
                 try:
                     r[k] = int(v)
                 except ValueError:
@@ -188,7 +192,9 @@ def csv_shape(row):
 
 def run_rows(out_dir, suite=SUITE, manifest=None):
     """One dict per training run (dpbench's and the peers') of the suite: shape, k, batch,
-    backend, step_s, peak and its breakdown, how the peak was measured."""
+    backend, step_s, peak and its breakdown (a peer's: the categories it measured), how the peak
+    was measured; the sharding suite's shard mode, model_params, comm_bytes (per step, rank 0),
+    comm_step_s and exposed_step_s (per step) and the emulated link."""
     rows = read_results(out_dir).get(suite, [])
     shapes = run_shapes(manifest or {})
     out = []
@@ -204,6 +210,8 @@ def run_rows(out_dir, suite=SUITE, manifest=None):
                    default=None)
         top = next((e for e in eps if e.get("peak_mem_bytes") == peak), last)
         source = last.get("peak_mem_source") or ("device ledger" if impl == "dpbench" else "")
+        per_step = lambda key: None if plan or not steps or steady_epoch_s(eps, key) is None \
+            else steady_epoch_s(eps, key) / steps  # noqa: E731
         out.append({
             "suite": s, "scenario": scenario, "impl": impl, "shape": shape,
             "devices": int(e0["devices"]), "global_batch": gb, "backend": e0.get("backend"),
@@ -211,8 +219,13 @@ def run_rows(out_dir, suite=SUITE, manifest=None):
             "step_s": None if plan or not epoch_s or not steps else epoch_s / steps,
             "peak": peak, "source": source, "device_mem": e0.get("device_mem_bytes"),
             "base": _num(last.get("peak_mem_base_bytes")),
-            "breakdown": {c: top.get(f"peak_mem_{c}_bytes") for c in CATEGORIES}
-            if impl == "dpbench" else {},
+            "breakdown": {c: _num(top.get(f"peak_mem_{c}_bytes")) for c in CATEGORIES},
+            "shard": e0.get("shard") or "none", "model_params": _num(e0.get("model_params")),
+            "comm_bytes": _num(last.get("comm_bytes")), "comm_step_s": per_step("comm_s"),
+            "exposed_step_s": per_step("exposed_comm_s"),
+            "link_gbps": _num(e0.get("link_gbps")) or 0.0,
+            "link_latency_us": _num(e0.get("link_latency_us")) or 0.0,
+            "first_loss": _num(e0.get("train_loss")), "final_loss": _num(last.get("train_loss")),
         })
     return out
 

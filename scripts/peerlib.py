@@ -47,6 +47,7 @@ class Peer:
     max_devices: int = 1 << 30
     # model -> the script in peers/ that repeats its runs (and the arguments it adds)
     scripts: dict = None
+    shard: str = "none"  # the `dpbench train --shard` mode whose runs it repeats (sharding suite)
 
     @property
     def models(self):
@@ -81,6 +82,8 @@ class Peer:
             return f"needs {k} GPUs, one per rank; this machine has {gpus}"
         if model not in self.models:
             return f"no {model} peer"
+        if arg_value(args, "--shard", "none") != self.shard:  # another peer's mode: no note
+            return SHARD_MISMATCH + arg_value(args, "--shard", "none")
         if arg_value(args, "--backend") == "meta":
             return "a planning run (--backend meta): no step to repeat"
         if self.scripts[model][0] not in MLP_SCRIPTS:  # the d2l scripts: SGD, xent, the dataset
@@ -94,6 +97,9 @@ class Peer:
         return ""
 
 
+SHARD_MISMATCH = "--shard "
+ZERO_SCRIPTS = {m: ("torch_mlp.py", "--shard", "optimizer") for m in ("mlp", "resnet18")}
+FSDP_SCRIPTS = {m: ("torch_mlp.py", "--shard", "parameters") for m in ("mlp", "resnet18")}
 TORCH_SCRIPTS = {"lenet": ("torch_train.py",), "resnet18": ("torch_train.py",),
                  "mlp": ("torch_mlp.py",)}
 MLP_SCRIPTS = ("torch_mlp.py", "jax_mlp.py")  # they take the MLP_ARGS too
@@ -119,6 +125,15 @@ PEERS = (
     Peer("jax-pmap", "jax", "train", "JAX pmap: the notebook's pmap mode on K devices "
          "(peers/jax_mlp.py --mode pmap)", "import jax", JAX_HINT, gpu_per_rank=True,
          min_devices=2, scripts={"mlp": ("jax_mlp.py", "--mode", "pmap")}),
+    # The sharded modes (the sharding suite): ZeRO-1 and FSDP's full shard (ZeRO-3) in PyTorch.
+    Peer("torch-zero1", "pytorch", "train", "PyTorch ZeroRedundancyOptimizer (ZeRO-1) beside DDP, "
+         "K processes, Gloo (CPU) or NCCL (GPU) (peers/torch_mlp.py --shard optimizer)",
+         "import torch; from torch.distributed.optim import ZeroRedundancyOptimizer", TORCH_HINT,
+         gpu_per_rank=True, scripts=ZERO_SCRIPTS, shard="optimizer"),
+    Peer("torch-fsdp", "pytorch", "train", "PyTorch FullyShardedDataParallel, full shard (ZeRO-3), "
+         "K GPUs, NCCL (peers/torch_mlp.py --shard parameters)",
+         "import torch.distributed.fsdp", TORCH_HINT, gpu_only=True, gpu_per_rank=True,
+         scripts=FSDP_SCRIPTS, shard="parameters"),
     Peer("openmpi", "openmpi", "micro", "OpenMPI MPI_Allreduce, K processes "
          "(peers/mpi_allreduce.c)", "", MPI_HINT),
 )
@@ -163,7 +178,8 @@ def plan(suite, runs, available, backend, gpus=None):
                 why = p.mirrors(run.args, backend, gpus)
                 if not why:
                     out.append(PeerRun(p, suite.name, run.name, run.args))
-                elif "device" not in why:  # a peer for other device counts: no news
+                elif "device" not in why and not why.startswith(SHARD_MISMATCH):
+                    # a peer for other device counts or another --shard mode: no news
                     notes.append((suite.name, f"{p.impl} {run.name}", "not repeated by the "
                                   "peer: " + why))
     return out, notes
@@ -202,7 +218,9 @@ def epoch_rows(pr, backend, log_lines):
     limited = arg_value(a, "--train-limit") or arg_value(a, "--test-limit")
     sync = {"pytorch-ddp": ("nccl" if backend == "cuda" else "gloo", "ddp-bucketed", "on", 25),
             "jax": ("pmean", "fused", "off", ""), "jax-pmap": ("pmean", "fused", "off", ""),
-            "jax-jit": ("xla-spmd", "xla", "xla", "")}.get(impl, ("", "", "", ""))
+            "jax-jit": ("xla-spmd", "xla", "xla", ""),
+            "torch-zero1": ("nccl" if backend == "cuda" else "gloo", "ddp-bucketed", "on", 25),
+            "torch-fsdp": ("nccl", "fsdp", "on", "")}.get(impl, ("", "", "", ""))
     rows = []
     for line in log_lines:
         if not line.startswith("DPB_PEER "):
@@ -221,8 +239,9 @@ def epoch_rows(pr, backend, log_lines):
             "train_acc": e["train_acc"], "test_acc": e["test_acc"], "epoch_s": e["epoch_s"],
             "images_per_s": e["images_per_s"],  # the rest (times, sync checks): blank
             # the memory peers' peak per device, and how they measured it (peers/torch_mlp.py)
-            **{c: e[c] for c in ("peak_mem_bytes", "peak_mem_source", "peak_mem_base_bytes")
-               if c in e},
+            **{c: e[c] for c in ("peak_mem_bytes", "peak_mem_source", "peak_mem_base_bytes",
+                                 "peak_mem_parameters_bytes", "peak_mem_gradients_bytes",
+                                 "peak_mem_optimizer_state_bytes", "shard") if c in e},
         })
     return rows
 

@@ -353,7 +353,7 @@ class Runner:
         if rc in fitlib.FIT_ANSWER_RCS and os.path.exists(tmp):
             os.replace(tmp, final)
             with open(final) as f:
-                row = fitlib.fit_row(run.suite, run.name, json.load(f))
+                row = fitlib.fit_row(run.suite, run.name, json.load(f), run.args)
             append_rows(fit_csv, [row], fitlib.FIT_COLUMNS)
             entry["output"] = os.path.relpath(final, self.out)
         if rc not in (0, 3):

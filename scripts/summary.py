@@ -3,7 +3,8 @@
 one table per suite, the peers next to the dpbench runs they repeat with the ratio of their
 epoch times, and the process-mode runs (<scenario>-mpi, run_all.sh --launcher) beside their
 thread-mode twins, and the memory suite's tables (scripts/memory_report.py: peak per device, what
-fits, the sharding notebook's figures beside them). `scripts/run_suite.py summary DIR` rewrites it.
+fits, the sharding notebook's figures beside them) and the sharding suite's
+(scripts/sharding_report.py: per mode and k, what fits per mode, ZeRO-1 beside PyTorch's). `scripts/run_suite.py summary DIR` rewrites it.
 Standard library only.
 """
 import csv
@@ -13,8 +14,12 @@ import os
 import textwrap
 
 import memory_report
+import sharding_report
 from peerlib import FAMILY
 from suitelib import FIT_PREFIX, MPI_SUFFIX, read_micro, summarize, write_atomic
+
+# suites whose memory tables have a report of their own (else scripts/memory_report.py's)
+MEMORY_REPORTS = {sharding_report.SUITE: sharding_report.report_lines}
 
 
 def fmt(v, spec):
@@ -165,7 +170,8 @@ def summary_text(out_dir, rows):
         f[len(FIT_PREFIX):-4] for f in os.listdir(out_dir)
         if f.startswith(FIT_PREFIX) and f.endswith(".csv")}
     for suite in sorted(memory_suites - {r["suite"] for r in rows}):  # fits only
-        lines += [""] + memory_report.report_lines(out_dir, suite, manifest)
+        lines += [""] + MEMORY_REPORTS.get(suite, memory_report.report_lines)(out_dir, suite,
+                                                                             manifest)
     if not rows:
         lines.append("no training results in " + out_dir)
         return "\n".join(lines) + "\n"
@@ -184,8 +190,9 @@ def summary_text(out_dir, rows):
         if procs:
             lines += ["", f"   {suite}: threads vs processes (mpirun -np k; runs <scenario>-mpi)"]
             lines += ["   " + line for line in render(procs)]
-        if suite in memory_suites:
-            lines += [""] + memory_report.report_lines(out_dir, suite, manifest)
+        if suite in memory_suites | set(MEMORY_REPORTS):
+            lines += [""] + MEMORY_REPORTS.get(suite, memory_report.report_lines)(
+                out_dir, suite, manifest)
     lines.append("")
     lines += textwrap.wrap(
         "k: devices; data: train/test examples x epochs; epoch s: median of the epochs after the "
