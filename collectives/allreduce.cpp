@@ -66,10 +66,12 @@ long default_barrier_spin_ns(int threads) {
 }
 
 CommGroup::CommGroup(int k, std::vector<Device*> devices, const LinkSpec& link)
-    : t_(make_thread_transport(k, std::move(devices), link)) {}
+    : t_(make_thread_transport(k, std::move(devices), link)),
+      sent_(std::make_unique<SentCounter[]>(size_t(t_->size()))) {}
 
 CommGroup::CommGroup(std::unique_ptr<Transport> transport) : t_(std::move(transport)) {
   DPB_CHECK(t_, "CommGroup: null transport");
+  sent_ = std::make_unique<SentCounter[]>(size_t(t_->size()));
 }
 
 // ---------------------------------------------------------------- make_allreduce

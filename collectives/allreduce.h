@@ -59,6 +59,13 @@ class HostBarrier {
 // transport: published pointers and a device-ordered barrier), its steps paced by `link` when it
 // is enabled (collectives/link.h; CPU devices only); CommGroup(transport) is any other, e.g. one
 // rank per process over MPI (collectives/mpi/mpi_transport.h, which takes the link itself).
+//
+// Bytes sent: the group counts, per rank, the bytes each rank sends through step() (every
+// SendOp's len floats, pulls and puts alike: what the schedule lists as leaving the rank), so the
+// trainer and the benchmarks report measured traffic per rank (sent_bytes); collectives that
+// bypass the steps (a library's own: nccl, mpi) add theirs with count_sent.
+// broadcast_host and allgather_host are not counted: host control traffic (stats, ids), not
+// training data. Only ranks of this process count here (process mode: each process its own).
 class CommGroup {
  public:
   CommGroup(int k, std::vector<Device*> devices, const LinkSpec& link = {});
@@ -90,7 +97,20 @@ class CommGroup {
   }
   void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
             bool fence = true) {
+    size_t floats = 0;
+    for (const SendOp& s : sends) floats += s.len;
+    count_sent(rank, uint64_t(floats) * sizeof(float));
     t_->step(rank, sends, recvs, fence);
+  }
+  // Bytes rank `rank` sent since the group was made: its steps' sends plus count_sent. Its
+  // compute thread and its communication thread may both add (never at once); other ranks'
+  // threads add to their own counters beside it (one cache line each).
+  uint64_t sent_bytes(int rank) const {
+    return sent_[size_t(rank)].bytes.load(std::memory_order_relaxed);
+  }
+  // For collectives that do not go through step() (a library's: nccl, mpi): the bytes rank sends.
+  void count_sent(int rank, uint64_t bytes) {
+    sent_[size_t(rank)].bytes.fetch_add(bytes, std::memory_order_relaxed);
   }
   // Device-ordered barrier: when it returns on every rank, comm work issued by every rank before
   // the barrier is ordered before comm work issued after it on any rank. CPU threads: one host
@@ -109,7 +129,9 @@ class CommGroup {
   bool aborted() const { return t_->aborted(); }
 
  private:
+  struct alignas(64) SentCounter { std::atomic<uint64_t> bytes{0}; };
   std::unique_ptr<Transport> t_;
+  std::unique_ptr<SentCounter[]> sent_;  // one per rank
 };
 
 // The threads transport over k devices of this process (transport_threads.cpp); when `link` is

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 
+#include "collectives/comm_volume.h"
 #include "collectives/registry.h"
 #include "collectives/tuning.h"
 #include "src/core/check.h"
@@ -66,6 +67,20 @@ double auto_link_cost(const LinkCostQuery& q) {
       return allreduce_link_cost(r.algorithm, q.bytes, q.k, q.link, q.kind, q.tune_file);
   DPB_CHECK(false, "--allreduce auto: the tuning table (" << why << ") has no rule for "
                                                           << q.bytes << " bytes");
+}
+
+// Bytes rank q.rank sends in one call (comm_volume.h; its registry entry carries it): the count of
+// the algorithm its tuning table (q.tune_file on q.kind with q.k ranks) picks for n floats, by
+// the rule run() applies.
+uint64_t auto_sent_bytes(const SentBytesQuery& q) {
+  std::string why;
+  const size_t bytes = q.n * sizeof(float);
+  for (const TuneRule& r : resolve_tuning(load_tune_file(q.tune_file), q.kind, q.k, &why))
+    if (r.unbounded || bytes <= r.up_to_bytes)
+      return schedule_sent_bytes(Collective::AllReduce, r.algorithm, q.n, q.k, q.rank, q.kind,
+                                 q.tune_file);
+  DPB_CHECK(false, "--allreduce auto: the tuning table (" << why << ") has no rule for " << bytes
+                                                          << " bytes");
 }
 
 }  // namespace dpb

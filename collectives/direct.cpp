@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/allreduce.h"
+#include "collectives/comm_volume.h"
 #include "collectives/link.h"
 #include "collectives/shard.h"
 
@@ -83,6 +84,19 @@ std::unique_ptr<AllReduce> make_direct_allreduce(CommGroup& group) {
 // one, so no link is shared; then the same for the gather: 2(k-1) (L + n/(kG)).
 double direct_link_cost(const LinkCostQuery& q) {
   return q.k <= 1 ? 0.0 : 2.0 * (q.k - 1) * q.link.transfer_s(q.bytes / q.k);
+}
+
+// Bytes rank q.rank sends in one call (comm_volume.h; its registry entry carries it): phase 1,
+// chunk p to each peer p (every chunk but its own); phase 2, its own chunk to each of k-1 peers.
+uint64_t direct_sent_bytes(const SentBytesQuery& q) {
+  const size_t n = q.n;
+  const int k = q.k;
+  if (k <= 1 || n == 0) return 0;
+  const size_t mine = chunk_size(n, k, q.rank);
+  size_t floats = 0;
+  if (q.op != Collective::AllGather) floats += n - mine;
+  if (q.op != Collective::ReduceScatter) floats += size_t(k - 1) * mine;
+  return uint64_t(floats) * sizeof(float);
 }
 
 }  // namespace dpb

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collectives/allreduce.h"
+#include "collectives/comm_volume.h"
 #include "collectives/link.h"
 #include "collectives/shard.h"
 
@@ -93,6 +94,21 @@ double naive_allgather_link_cost(const LinkCostQuery& q) {
   const double shard = q.bytes / q.k;
   return (q.k - 1) * q.link.transfer_s(shard) + (q.k - 1) * q.link.transfer_s((q.k - 1) * shard) +
          (q.k - 2) * q.link.latency_us * 1e-6;
+}
+
+// Bytes rank q.rank sends in one call (comm_volume.h; its registry entry carries it): the lens of
+// run()'s SendOps. Step 1: each peer its buffer (all-gather: its shard) to rank 0; step 2: rank 0
+// to each peer the sum (all-reduce), its shard (reduce-scatter) or all but its shard (all-gather).
+uint64_t naive_sent_bytes(const SentBytesQuery& q) {
+  const size_t n = q.n;
+  const int k = q.k;
+  if (k <= 1 || n == 0) return 0;
+  size_t floats = 0;
+  if (q.rank != 0) floats = q.op == Collective::AllGather ? chunk_size(n, k, q.rank) : n;
+  else if (q.op == Collective::AllReduce) floats = size_t(k - 1) * n;
+  else if (q.op == Collective::ReduceScatter) floats = n - chunk_size(n, k, 0);
+  else floats = size_t(k - 2) * n + chunk_size(n, k, 0);  // sum over p of n - |chunk p|
+  return uint64_t(floats) * sizeof(float);
 }
 
 }  // namespace dpb

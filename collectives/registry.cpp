@@ -2,6 +2,7 @@
 // One entry per algorithm and collective.
 #include "collectives/registry.h"
 
+#include "src/core/check.h"
 #include "src/core/registry.h"
 
 namespace dpb {
@@ -23,33 +24,40 @@ double ring_half_link_cost(const LinkCostQuery& q);            // ring.cpp (dire
 double rhd_half_link_cost(const LinkCostQuery& q);             // rhd.cpp
 std::string rhd_reducescatter_refuse_ranks(int k, int node_ranks);  // rhd.cpp
 std::string rhd_allgather_refuse_ranks(int k, int node_ranks);      // rhd.cpp
+// Each algorithm's count of the bytes a rank sends (comm_volume.h), in its own file; nccl and mpi
+// take the ring's (ring_sent_bytes, comm_volume.h) as their nominal count.
+uint64_t naive_sent_bytes(const SentBytesQuery& q);   // naive.cpp
+uint64_t direct_sent_bytes(const SentBytesQuery& q);  // direct.cpp
+uint64_t rhd_sent_bytes(const SentBytesQuery& q);     // rhd.cpp
+uint64_t auto_sent_bytes(const SentBytesQuery& q);    // auto.cpp: its tuning table's pick
 
 const std::vector<AllReduceEntry>& allreduce_algorithms() {
   static const std::vector<AllReduceEntry> table = {
       {"naive", "d2l's textbook version: rank 0 gathers, sums and scatters (baseline)", {},
        nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_naive_allreduce(g); }, 5,
-       naive_link_cost},
+       naive_link_cost, naive_sent_bytes},
       {"ring", "reduce-scatter + all-gather around a ring, 2(k-1) steps", {}, nullptr,
        [](CommGroup& g, const AllReduceOptions&) { return make_ring_allreduce(g); }, 5,
-       ring_link_cost},
+       ring_link_cost, ring_sent_bytes},
       {"direct", "every rank sums its 1/k from all peers, then gathers: 2 barriers", {}, nullptr,
        [](CommGroup& g, const AllReduceOptions&) { return make_direct_allreduce(g); }, 5,
-       direct_link_cost},
+       direct_link_cost, direct_sent_bytes},
       {"rhd", "recursive halving and doubling (Rabenseifner), 2 log2(k) steps; k a power of two",
        {}, rhd_refuse_ranks,
        [](CommGroup& g, const AllReduceOptions&) { return make_rhd_allreduce(g); }, 5,
-       rhd_link_cost},
+       rhd_link_cost, rhd_sent_bytes},
       {"auto", "per message size, the algorithm of a tuning table measured here (--tune-file)",
-       {}, nullptr, make_auto_allreduce, 0, auto_link_cost, AllReduceEntry::kBoth, nullptr,
+       {}, nullptr, make_auto_allreduce, 0, auto_link_cost, auto_sent_bytes,
+       AllReduceEntry::kBoth, nullptr,
        /*link_paced=*/true, /*picks_algorithm=*/true},
       {"nccl", "ncclAllReduce (NCCL picks its own algorithm)", {BackendKind::Cuda},
        nccl_refuse_ranks,
        [](CommGroup& g, const AllReduceOptions&) { return make_nccl_allreduce(g); }, 0,
-       ring_link_cost,  // NCCL's ring
+       ring_link_cost, ring_sent_bytes,  // NCCL's ring; its nominal count
        AllReduceEntry::kBoth, nccl_max_ranks_per_gpu},
       {"mpi", "MPI_Allreduce in place (the MPI library's own choice; our schedules' peer)", {},
        nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_mpi_allreduce(g); }, 0,
-       nullptr, AllReduceEntry::kProcesses, nullptr, /*link_paced=*/false},
+       nullptr, ring_sent_bytes, AllReduceEntry::kProcesses, nullptr, /*link_paced=*/false},
   };
   return table;
 }
@@ -69,24 +77,25 @@ const std::vector<AllReduceEntry>& reducescatter_algorithms() {
   static const std::vector<AllReduceEntry> table = {
       of(c, {"naive", "rank 0 sums every buffer and puts each rank its shard (baseline)", {},
              nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_naive_collective(g, c); },
-             0, naive_reducescatter_link_cost}),
+             0, naive_reducescatter_link_cost, naive_sent_bytes}),
       of(c, {"ring", "k-1 steps around a ring (the ring all-reduce's first half)", {}, nullptr,
              [](CommGroup& g, const AllReduceOptions&) { return make_ring_collective(g, c); }, 3,
-             ring_half_link_cost}),
+             ring_half_link_cost, ring_sent_bytes}),
       of(c, {"direct", "every rank sums its shard from all peers at once: 1 barrier", {}, nullptr,
              [](CommGroup& g, const AllReduceOptions&) { return make_direct_collective(g, c); }, 3,
-             ring_half_link_cost}),
+             ring_half_link_cost, direct_sent_bytes}),
       of(c, {"rhd", "recursive halving, log2(k) steps; k a power of two", {},
              rhd_reducescatter_refuse_ranks,
              [](CommGroup& g, const AllReduceOptions&) { return make_rhd_collective(g, c); }, 3,
-             rhd_half_link_cost}),
+             rhd_half_link_cost, rhd_sent_bytes}),
       of(c, {"nccl", "ncclReduceScatter (uneven shards: ncclReduce per shard, grouped)",
              {BackendKind::Cuda}, nccl_refuse_ranks,
              [](CommGroup& g, const AllReduceOptions&) { return make_nccl_collective(g, c); }, 0,
-             ring_half_link_cost, AllReduceEntry::kBoth, nccl_max_ranks_per_gpu}),
+             ring_half_link_cost, ring_sent_bytes, AllReduceEntry::kBoth, nccl_max_ranks_per_gpu}),
       of(c, {"mpi", "MPI_Reduce_scatter_block in place (uneven shards: MPI_Reduce_scatter)", {},
              nullptr, [](CommGroup& g, const AllReduceOptions&) { return make_mpi_collective(g, c); },
-             0, nullptr, AllReduceEntry::kProcesses, nullptr, /*link_paced=*/false}),
+             0, nullptr, ring_sent_bytes, AllReduceEntry::kProcesses, nullptr,
+             /*link_paced=*/false}),
   };
   return table;
 }
@@ -99,24 +108,25 @@ const std::vector<AllReduceEntry>& allgather_algorithms() {
       of(c, {"naive", "rank 0 collects every shard and puts the rest into each rank (baseline)",
              {}, nullptr,
              [](CommGroup& g, const AllReduceOptions&) { return make_naive_collective(g, c); }, 2,
-             naive_allgather_link_cost}),
+             naive_allgather_link_cost, naive_sent_bytes}),
       of(c, {"ring", "k-1 steps around a ring (the ring all-reduce's second half)", {}, nullptr,
              [](CommGroup& g, const AllReduceOptions&) { return make_ring_collective(g, c); }, 2,
-             ring_half_link_cost}),
+             ring_half_link_cost, ring_sent_bytes}),
       of(c, {"direct", "every rank copies every peer's shard at once: 1 barrier", {}, nullptr,
              [](CommGroup& g, const AllReduceOptions&) { return make_direct_collective(g, c); }, 2,
-             ring_half_link_cost}),
+             ring_half_link_cost, direct_sent_bytes}),
       of(c, {"rhd", "recursive doubling, log2(k) steps; k a power of two", {},
              rhd_allgather_refuse_ranks,
              [](CommGroup& g, const AllReduceOptions&) { return make_rhd_collective(g, c); }, 2,
-             rhd_half_link_cost}),
+             rhd_half_link_cost, rhd_sent_bytes}),
       of(c, {"nccl", "ncclAllGather (uneven shards: ncclBroadcast per shard, grouped)",
              {BackendKind::Cuda}, nccl_refuse_ranks,
              [](CommGroup& g, const AllReduceOptions&) { return make_nccl_collective(g, c); }, 0,
-             ring_half_link_cost, AllReduceEntry::kBoth, nccl_max_ranks_per_gpu}),
+             ring_half_link_cost, ring_sent_bytes, AllReduceEntry::kBoth, nccl_max_ranks_per_gpu}),
       of(c, {"mpi", "MPI_Allgather in place (uneven shards: MPI_Allgatherv)", {}, nullptr,
              [](CommGroup& g, const AllReduceOptions&) { return make_mpi_collective(g, c); }, 0,
-             nullptr, AllReduceEntry::kProcesses, nullptr, /*link_paced=*/false}),
+             nullptr, ring_sent_bytes, AllReduceEntry::kProcesses, nullptr,
+             /*link_paced=*/false}),
   };
   return table;
 }
@@ -152,6 +162,15 @@ const AllReduceEntry& find_allreduce(const std::string& name) {
 const AllReduceEntry& find_collective(Collective c, const std::string& name) {
   if (c == Collective::AllReduce) return find_allreduce(name);
   return lookup_entry(collective_algorithms(c), name, collective_name(c), "algorithm");
+}
+
+uint64_t schedule_sent_bytes(Collective c, const std::string& algorithm, size_t n, int k, int rank,
+                             BackendKind kind, const std::string& tune_file) {
+  const AllReduceEntry& e = find_collective(c, algorithm);
+  DPB_CHECK(e.sent_bytes, collective_name(c) << " " << algorithm << " has no count of bytes sent");
+  DPB_CHECK(k >= 1 && rank >= 0 && rank < k,
+            collective_name(c) << " " << algorithm << ": rank " << rank << " is not one of k = " << k);
+  return e.sent_bytes({c, n, k, rank, kind, tune_file});
 }
 
 std::string allreduce_runs_on(const AllReduceEntry& e) {

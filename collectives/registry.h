@@ -1,7 +1,7 @@
 // registry.h: the tables of collective algorithms: the all-reduce's, and the reduce-scatter's and
 // all-gather's (collectives/shard.h), entries of one shape. An entry gives the --allreduce name
-// (the algorithm's name in the other tables), one line of help, the backends it runs on, its constraints on the rank count k, its factory and its
-// memory-traffic model. make_allreduce, the trainer's validate(), the CLI's choices and --help,
+// (the algorithm's name in the other tables), one line of help, the backends it runs on, its constraints on the rank count k, its factory, its
+// memory-traffic model, its link cost and its count of the bytes a rank sends (comm_volume.h). make_allreduce, the trainer's validate(), the CLI's choices and --help,
 // dpbench-micro's registrations and counters, and the test loops all read this table.
 // Adding an algorithm: its file (collectives/<name>.cpp, written over CommGroup's transport steps
 // like naive.cpp and ring.cpp, so it runs across threads and processes) and one entry in
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collectives/allreduce.h"
+#include "collectives/comm_volume.h"
 #include "collectives/link.h"
 #include "collectives/shard.h"
 
@@ -35,6 +36,10 @@ struct AllReduceEntry {
   // the algorithm's own file (reduce-scatter, all-gather: of `bytes`, the whole buffer).
   // nullptr: no cost model.
   double (*link_cost)(const LinkCostQuery& q);
+  // Bytes one rank sends in one call of this collective (collectives/comm_volume.h): what
+  // CommGroup::sent_bytes measures, defined in the algorithm's own file (nccl, mpi: the ring's,
+  // their nominal count). nullptr: no count.
+  uint64_t (*sent_bytes)(const SentBytesQuery& q);
   // Where its ranks may live: threads of one process (Launcher::Threads), processes (one rank
   // each, started by mpirun/srun: Launcher::Mpi; collectives/mpi/mpi_transport.h), or both.
   enum Launchers { kThreads = 1, kProcesses = 2, kBoth = 3 };

@@ -18,11 +18,37 @@
 #include <string>
 
 #include "collectives/allreduce.h"
+#include "collectives/comm_volume.h"
 #include "collectives/link.h"
 #include "collectives/shard.h"
 
 namespace dpb {
 namespace {
+
+// rhd's schedule for `rank`: its exchanges in order, fn(partner, send_lo, send_hi, recv_lo,
+// recv_hi, kind) with the ranges in chunks; run() moves them, rhd_sent_bytes sums the sends.
+template <class Fn>
+void rhd_exchanges(Collective op, int k, int rank, Fn&& fn) {
+  int lo = 0, hi = k;  // this rank's segment, in chunks
+  if (op != Collective::AllGather) {
+    for (int d = k / 2; d >= 1; d /= 2) {  // reduce-scatter: halve; send the half we drop
+      const int mid = (lo + hi) / 2;
+      const bool upper = rank & d;
+      const int olo = upper ? lo : mid, ohi = upper ? mid : hi;  // the partner's half
+      if (upper) lo = mid; else hi = mid;
+      fn(rank ^ d, olo, ohi, lo, hi, RecvOp::Reduce);
+    }
+  } else {
+    lo = rank, hi = rank + 1;  // the all-gather starts from this rank's own chunk
+  }
+  if (op == Collective::ReduceScatter) return;
+  for (int d = 1; d < k; d *= 2) {  // all-gather: the partner's segment is the sibling half
+    const int plo = (rank & d) ? lo - d : hi, phi = plo + d;
+    fn(rank ^ d, lo, hi, plo, phi, RecvOp::Copy);  // the last: nobody reads us after
+    lo = std::min(lo, plo);
+    hi = std::max(hi, phi);
+  }
+}
 
 class RhdCollective final : public AllReduce {
  public:
@@ -34,32 +60,13 @@ class RhdCollective final : public AllReduce {
     if (k == 1 || n == 0) return;  // same decision on every rank: n is collective
     group_.begin(rank, buf);
     auto at = [&](int c) { return chunk_begin(n, k, c); };  // at(k) == n
-    auto exchange = [&](int partner, int send_lo, int send_hi, int recv_lo, int recv_hi,
-                        RecvOp::Kind op) {
+    rhd_exchanges(op_, k, rank, [&](int partner, int send_lo, int send_hi, int recv_lo,
+                                    int recv_hi, RecvOp::Kind op) {
       SendOp s{partner, at(send_lo), at(send_hi) - at(send_lo)};
       RecvOp r{partner, at(recv_lo), buf + at(recv_lo), at(recv_hi) - at(recv_lo), op};
       group_.step(rank, std::span<const SendOp>(&s, s.len > 0 ? 1 : 0),
                   std::span<const RecvOp>(&r, r.len > 0 ? 1 : 0));
-    };
-    int lo = 0, hi = k;  // this rank's segment, in chunks
-    if (op_ != Collective::AllGather) {
-      for (int d = k / 2; d >= 1; d /= 2) {  // reduce-scatter: halve; send the half we drop
-        const int mid = (lo + hi) / 2;
-        const bool upper = rank & d;
-        const int olo = upper ? lo : mid, ohi = upper ? mid : hi;  // the partner's half
-        if (upper) lo = mid; else hi = mid;
-        exchange(rank ^ d, olo, ohi, lo, hi, RecvOp::Reduce);
-      }
-    } else {
-      lo = rank, hi = rank + 1;  // the all-gather starts from this rank's own chunk
-    }
-    if (op_ == Collective::ReduceScatter) return;
-    for (int d = 1; d < k; d *= 2) {  // all-gather: the partner's segment is the sibling half
-      const int plo = (rank & d) ? lo - d : hi, phi = plo + d;
-      exchange(rank ^ d, lo, hi, plo, phi, RecvOp::Copy);  // the last: nobody reads us after
-      lo = std::min(lo, plo);
-      hi = std::max(hi, phi);
-    }
+    });
   }
 
  private:
@@ -105,5 +112,17 @@ double rhd_link_cost(const LinkCostQuery& q) {
 }
 // Halving alone, or doubling alone: half of it, log2(k) L + (k-1)/k n/G.
 double rhd_half_link_cost(const LinkCostQuery& q) { return rhd_link_cost(q) / 2; }
+
+// Bytes rank q.rank sends in one call (comm_volume.h; its registry entry carries it): the sums of
+// the ranges its exchanges send (rhd_exchanges). 0 for a k that is not a power of two (refused).
+uint64_t rhd_sent_bytes(const SentBytesQuery& q) {
+  const int k = q.k;
+  if (k <= 1 || q.n == 0 || (k & (k - 1)) != 0) return 0;
+  size_t floats = 0;
+  rhd_exchanges(q.op, k, q.rank, [&](int, int send_lo, int send_hi, int, int, RecvOp::Kind) {
+    floats += chunk_begin(q.n, k, send_hi) - chunk_begin(q.n, k, send_lo);
+  });
+  return uint64_t(floats) * sizeof(float);
+}
 
 }  // namespace dpb

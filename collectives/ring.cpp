@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "collectives/allreduce.h"
+#include "collectives/comm_volume.h"
 #include "collectives/link.h"
 #include "collectives/shard.h"
 
@@ -124,6 +125,22 @@ double ring_link_cost(const LinkCostQuery& q) {
 // (k-1) (L + n/(kG)). NCCL's ring and direct's one-shot halves cost the same.
 double ring_half_link_cost(const LinkCostQuery& q) {
   return q.k <= 1 ? 0.0 : (q.k - 1) * q.link.transfer_s(q.bytes / q.k);
+}
+
+// Bytes rank q.rank sends in one call (comm_volume.h; its registry entry carries it, and nccl's
+// and mpi's as their nominal count). At step s it sends its right neighbour q+1 the chunk q+1
+// receives (piece_of above; pipelining cuts chunks into pieces, the sum is the same): the
+// reduce-scatter (rot 0) every chunk but its own r, the all-gather every chunk but r+1, which it
+// lacks; the all-reduce (rot 1) every chunk but r+1, then every chunk but r+2.
+uint64_t ring_sent_bytes(const SentBytesQuery& q) {
+  const size_t n = q.n;
+  const int k = q.k, r = q.rank;
+  if (k <= 1 || n == 0) return 0;
+  auto all_but = [&](int c) { return n - chunk_size(n, k, c % k); };
+  const size_t floats = q.op == Collective::ReduceScatter ? all_but(r)
+                        : q.op == Collective::AllGather   ? all_but(r + 1)
+                                                          : all_but(r + 1) + all_but(r + 2);
+  return uint64_t(floats) * sizeof(float);
 }
 
 }  // namespace dpb

@@ -10,7 +10,8 @@
 // the pipelined ring in small pieces, the emulated link (exact, and no faster than its model);
 // the refusals; the ring all-reduce, now its halves, summing in its original order bit for bit.
 // MpiShard.* runs under mpirun (tests/mpi_shard_test.sh: 2 and 3 processes, shared memory and
-// messages, CPU and async devices) and is skipped otherwise.
+// messages, CPU and async devices; each call's bytes sent equal to the schedule's count,
+// comm_volume.h) and is skipped otherwise.
 //   ./dpb_tests --gtest_filter='ShardCollectives*'
 #include <gtest/gtest.h>
 
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/comm_volume.h"
 #include "collectives/mpi/mpi_transport.h"
 #include "collectives/registry.h"
 #include "collectives/shard.h"
@@ -282,9 +284,16 @@ TEST(MpiShard, ExactUnderMpirun) {
         for (size_t n : odd_sizes(k, true)) {
           Buffer buf = shared ? group.alloc(r, n, MemCategory::Comm, "shard test buffer")
                               : Buffer(*dev, n, MemCategory::Temporaries, "shard test buffer");
-          for (Collective op : {Collective::ReduceScatter, Collective::AllGather, Collective::AllReduce})
+          for (Collective op : {Collective::ReduceScatter, Collective::AllGather, Collective::AllReduce}) {
+            const uint64_t sent = group.sent_bytes(r);
             check_rank(op, rs.get(), ag.get(), *dev, r, k, buf.get(), n,
                        e.name + " on " + backend_kind_name(kind) + (shared ? ", group memory" : ", plain memory"));
+            // Bytes sent (comm_volume.h): measured on the steps (mpi: its nominal count_sent).
+            auto want = [&](Collective c) { return schedule_sent_bytes(c, e.name, n, k, r); };
+            EXPECT_EQ(group.sent_bytes(r) - sent,
+                      op == Collective::AllReduce ? want(Collective::ReduceScatter) + want(Collective::AllGather) : want(op))
+                << e.name << " " << op_label(op) << " k=" << k << " n=" << n << " rank " << r;
+          }
         }
     }
   }

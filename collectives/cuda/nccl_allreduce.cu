@@ -34,6 +34,11 @@
 // producers before it (comm_wait_compute) and its consumers after it (compute_wait_comm or
 // comm_synchronize), as for naive and ring. NCCL's completion on each stream implies every rank
 // has contributed, so no extra barrier is needed.
+//
+// Bytes sent: NCCL moves the data itself, so each call adds to the group's count
+// (CommGroup::count_sent) the nominal count, the ring's (comm_volume.h, nccl-tests' convention:
+// 2(k-1)/k of the buffer for the all-reduce, (k-1)/k for the others), not a count measured
+// inside NCCL (whose tree, NVLS or grouped reduces of uneven shards send other amounts).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -49,6 +54,7 @@
 #include <nccl.h>
 
 #include "collectives/allreduce.h"
+#include "collectives/comm_volume.h"
 #include "collectives/cuda/nccl_allreduce.h"
 #include "collectives/shard.h"
 #include "src/core/launcher.h"
@@ -216,6 +222,7 @@ class NcclAllReduce final : public AllReduce {
           return true;
         },
         [&] { return state(""); }, what);
+    group_.count_sent(rank, ring_sent_bytes({op_, n, group_.size(), rank, group_.kind(), ""}));
   }
 
   // Runs on the failing rank's thread before the rank threads are joined: later and current

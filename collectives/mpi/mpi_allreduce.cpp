@@ -4,9 +4,14 @@
 // (MPI_Reduce_scatter and MPI_Allgatherv when k does not divide n: shards of unequal size). Runs
 // only with one process per rank (registry.cpp says so). Built by make_collective(c, "mpi", group).
 // Built in every build: without MPI, mpi_absent.cpp's functions say this build has no MPI.
+// Bytes sent: the library moves the data itself, so each call adds to the group's count
+// (CommGroup::count_sent) the nominal count, the ring's (comm_volume.h, nccl-tests' convention:
+// 2(k-1)/k of the buffer for the all-reduce, (k-1)/k for the others), not a count measured
+// inside MPI (whose algorithm may send more or less).
 #include <memory>
 
 #include "collectives/allreduce.h"
+#include "collectives/comm_volume.h"
 #include "collectives/mpi/mpi_transport.h"
 #include "collectives/shard.h"
 
@@ -24,6 +29,7 @@ class MpiCollective final : public AllReduce {
       case Collective::AllGather: mpi_allgather(group_.transport(), rank, buf, n); break;
       default: mpi_allreduce_sum(group_.transport(), rank, buf, n);
     }
+    group_.count_sent(rank, ring_sent_bytes({op_, n, group_.size(), rank, group_.kind(), ""}));
   }
 
  private:

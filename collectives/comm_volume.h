@@ -1,0 +1,42 @@
+// comm_volume.h: the schedule's count of bytes a rank sends in one call of a collective, the
+// number CommGroup::sent_bytes (allreduce.h) measures, per algorithm and collective: what
+// `comm_bytes` per rank per step is checked against (issue 22), and what ZeRO's volumes (1x, 1.5x
+// the replicated one) are built from. Each algorithm's count is defined beside its schedule, in its
+// own file (naive.cpp, ring.cpp, direct.cpp, rhd.cpp, auto.cpp), and its registry entry carries it
+// (AllReduceEntry::sent_bytes, registry.h), as it carries the link cost.
+//   naive, ring, direct, rhd, auto: exactly the lens of the SendOps the schedule lists (pulls and
+//     puts alike), so the measured count equals it byte for byte;
+//   nccl, mpi (a library's own collective, not measured inside the library): the nominal count,
+//     nccl-tests' convention: the ring's (ring_sent_bytes), 2(k-1)/k of the buffer for an
+//     all-reduce, (k-1)/k for a reduce-scatter or an all-gather, in the ring's exact chunk sizes.
+//     Their objects add it to the group with CommGroup::count_sent.
+// Tested by tests/test_comm_bytes.cpp (measured == schedule, every rank, k = 2..4, odd sizes).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "collectives/shard.h"
+
+namespace dpb {
+
+struct SentBytesQuery {
+  Collective op = Collective::AllReduce;
+  size_t n = 0;   // floats, the whole buffer (as run(rank, buf, n) takes it)
+  int k = 1;      // ranks
+  int rank = 0;   // whose sends
+  BackendKind kind = BackendKind::Cpu;  // auto: the backend its tuning table is resolved for
+  std::string tune_file;                // auto: its tuning table ("": the built-in one)
+};
+
+// Bytes `rank` sends in one call of c's `algorithm` (a name in c's table, registry.h) on n floats
+// over k ranks. Throws dpb::Error naming the algorithm when it is unknown or has no count.
+uint64_t schedule_sent_bytes(Collective c, const std::string& algorithm, size_t n, int k, int rank,
+                             BackendKind kind = BackendKind::Cpu, const std::string& tune_file = "");
+
+// The ring's count (ring.cpp), also the nominal count of the library collectives (nccl, mpi):
+// reduce-scatter n - |chunk r|, all-gather n - |chunk r+1|, all-reduce the ring's rotated halves,
+// (n - |chunk r+1|) + (n - |chunk r+2|); floats times 4; 0 when k = 1.
+uint64_t ring_sent_bytes(const SentBytesQuery& q);
+
+}  // namespace dpb
