@@ -11,6 +11,9 @@
 //     the timed loop (once per benchmark, after the warm-up) on re-initialized buffers (rank r
 //     holds (r+1)*((i%5)+1): small integers, exact in float); timed iterations run on zeros.
 //     CPU only: traffic_GBps (model below), membw_GBps (the bound), bw_fraction = their ratio.
+//     sent_bytes: the bytes rank 0 sent in the check's call, measured by the group
+//     (CommGroup::sent_bytes; nccl, mpi: their nominal count), beside sent_bytes_schedule, the
+//     schedule's count for rank 0 (collectives/comm_volume.h): the two are equal.
 //   reducescatter/<backend>/<algorithm>/ranks:<k>[/shared]/bytes:<n>
 //   allgather/<backend>/<algorithm>/ranks:<k>[/shared]/bytes:<n>
 //     The same for the tables of collectives/shard.h, n the whole buffer (nccl-tests' size for
@@ -97,6 +100,7 @@ struct ArRig {
   size_t n = 0;
   double bound = 0;  // CPU: membw/cpu/copy with k threads, GB/s
   long wrong = -1;   // -1: not checked yet
+  uint64_t sent = 0;  // bytes rank 0 sent in the check's call (CommGroup::sent_bytes)
   std::vector<size_t> base;  // each rank's bytes in use before the algorithm was made
 
   // One timed all-reduce on rank r; returns this rank's seconds.
@@ -114,10 +118,12 @@ struct ArRig {
     const int k = ds->size();
     std::vector<float> host;
     for (int r = 0; r < k; ++r) fill_pattern((*ds)[r], bufs[r].get(), n, r, host);
+    const uint64_t sent0 = ds->group->sent_bytes(0);
     pool->run([&](int r) {
       ar->run(r, bufs[r].get(), n);
       (*ds)[r].comm_synchronize();
     });
+    sent = ds->group->sent_bytes(0) - sent0;
     long w = 0;
     for (int r = 0; r < k; ++r) w += count_wrong(op, (*ds)[r], bufs[r].get(), n, k, r, host);
     for (int r = 0; r < k; ++r) {
@@ -173,6 +179,9 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
   st.counters["wrong"] = double(g->wrong);
   st.counters["bytes"] = double(bytes);
   st.counters["alloc_bytes"] = double(g->ds->alloc_bytes(g->base));
+  st.counters["sent_bytes"] = double(g->sent);
+  st.counters["sent_bytes_schedule"] =
+      double(schedule_sent_bytes(op, alg, g->n, k, 0, b.kind, env.cfg().run.tune_file));
   // The algorithm that ran (auto picks one per size): named in the label with auto's rules; its
   // traffic model is the one used.
   const std::string ran = g->ar->choice(g->n);

@@ -11,7 +11,9 @@
 //     Counters: algbw_GBps, busbw_GBps (nccl-tests' definitions, as the thread sweep),
 //     rank_min_us / rank_avg_us / rank_max_us: each rank's mean time, min / average / max over
 //     the ranks (nccl-tests -a); wrong: elements off the exact sum, over all ranks, in a check
-//     outside the timed loop (rank r holds (r+1)*((i%5)+1)). Only rank 0 reports (bench/main.cpp).
+//     outside the timed loop (rank r holds (r+1)*((i%5)+1)); sent_bytes, sent_bytes_schedule:
+//     rank 0's bytes sent in that call, measured and the schedule's (allreduce_bench.cpp). Only
+//     rank 0 reports (bench/main.cpp).
 //   reducescatter/<backend>/<algorithm>/procs:<K>/bytes:<n>, allgather/...
 //     The same for the tables of collectives/shard.h (mpi: MPI_Reduce_scatter_block,
 //     MPI_Allgather), with their bus factor (k-1)/k and wrong as in allreduce_bench.cpp.
@@ -39,6 +41,7 @@ struct ProcRig {
   int rank = 0, k = 1;
   size_t n = 0;
   long wrong = -1;
+  uint64_t sent = 0;  // bytes this rank sent in the check's call (CommGroup::sent_bytes)
   size_t base = 0;  // bytes in use on this rank before the algorithm was made
   double rank_sum = 0;  // this rank's own times over the timed iterations
   long iters = 0;
@@ -60,8 +63,10 @@ struct ProcRig {
     std::vector<float> host(n);
     for (size_t i = 0; i < n; ++i) host[i] = float((rank + 1) * int(i % 5 + 1));
     dev->upload(buf.get(), host.data(), n);
+    const uint64_t sent0 = group->sent_bytes(rank);
     ar->run(rank, buf.get(), n);
     dev->comm_synchronize();
+    sent = group->sent_bytes(rank) - sent0;
     dev->download(host.data(), buf.get(), n);
     const long w = count_wrong_host(op, host.data(), n, k, rank);
     std::vector<long> all(static_cast<size_t>(k));
@@ -134,6 +139,9 @@ void bm_allreduce_procs(benchmark::State& st, BenchEnv& env, const std::string& 
     st.counters["rank_max_us"] = hi * 1e6;
     st.counters["wrong"] = double(g->wrong);
     st.counters["bytes"] = double(bytes);
+    st.counters["sent_bytes"] = double(g->sent);
+    st.counters["sent_bytes_schedule"] = double(
+        schedule_sent_bytes(op, alg, g->n, k, g->rank, b.kind, env.cfg().run.tune_file));
     if (g->ar->describe() != alg) st.SetLabel("ran " + g->ar->choice(g->n) + " | " + g->ar->describe());
   } catch (const std::exception& e) {
     mpi_abort_job(env.cfg().proc_rank, name + ": " + e.what());

@@ -3,7 +3,8 @@
 # sync, overlap, the copy bound) on the asynchronous test device (--dpb_backends=async), so that a missing stream
 # wait in the benchmark harness shows up as a wrong element or an error, as it would on a GPU.
 # Checks only correctness (the harness's own checks, outside the timed loops); async timings mean
-# nothing. Registered in CMake as AsyncMicroSmoke (ctest -R Async). DPB_ASYNC_SEED replays a run.
+# nothing; and rank 0's bytes sent (sent_bytes) equal to the schedule's count. Registered in CMake
+# as AsyncMicroSmoke (ctest -R Async). DPB_ASYNC_SEED replays a run.
 set -euo pipefail
 BUILD=${1:?usage: async_micro_smoke.sh BUILD_DIR}
 BIN="$BUILD/dpbench-micro"
@@ -27,6 +28,11 @@ assert not errors, "benchmarks failed on the async device:\n" + "\n".join(errors
 missing = [r["name"] for r in runs
            if r["run_name"].split("/")[0] in ("allreduce", "gradsync") and "alloc_bytes" not in r]
 assert not missing, "no alloc_bytes counter: %s" % missing[:3]
+# Bytes sent (collectives/comm_volume.h): rank 0's measured count equals the schedule's.
+sent = [r for r in runs if r["run_name"].startswith("allreduce/")]
+bad = [(r["name"], r.get("sent_bytes"), r.get("sent_bytes_schedule")) for r in sent
+       if "sent_bytes" not in r or r["sent_bytes"] != r["sent_bytes_schedule"] or r["sent_bytes"] <= 0]
+assert sent and not bad, "sent_bytes != the schedule's count: %s" % bad[:3]
 checked = [r for r in runs if "wrong" in r]
 bad = [(r["name"], r["wrong"]) for r in checked if r["wrong"] != 0]
 assert not bad, "wrong elements on the async device: %s" % bad

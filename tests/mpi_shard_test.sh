@@ -4,9 +4,11 @@
 #   1. `mpirun -np K dpb_tests --gtest_filter='MpiShard.*'` (tests/test_shard_collectives.cpp):
 #      every algorithm that runs across processes (naive, ring, direct, rhd at K = 2, mpi), odd and
 #      tiny sizes (n < K included), exact on every rank, on group memory (shared memory) and plain
-#      memory (messages), on the CPU and the async device (host staging);
+#      memory (messages), on the CPU and the async device (host staging); every rank's bytes sent
+#      (CommGroup::sent_bytes) equal to the schedule's count (collectives/comm_volume.h);
 #   2. dpbench-micro's reducescatter/ and allgather/ families under mpirun: every such algorithm
-#      registered as <family>/cpu/<alg>/procs:K/bytes:<n>, wrong = 0, busbw = algbw (K-1)/K.
+#      registered as <family>/cpu/<alg>/procs:K/bytes:<n>, wrong = 0, busbw = algbw (K-1)/K,
+#      sent_bytes = sent_bytes_schedule.
 # Exit 77 (ctest: skipped) without mpirun or an MPI build. About 20 s on 2 cores.
 set -u
 BUILD="$(cd "$1" && pwd)"
@@ -51,6 +53,7 @@ bad = [r["name"] for r in runs if r.get("wrong") != 0 or "error_occurred" in r]
 assert not bad, f"wrong != 0 or errors: {bad}"
 for r in runs:
     assert abs(r["busbw_GBps"] - r["algbw_GBps"] * (np - 1) / np) <= 1e-9 * max(1, r["algbw_GBps"]), r
+    assert r["sent_bytes"] == r["sent_bytes_schedule"] > 0, r  # rank 0's bytes sent (comm_volume.h)
 print(f"ok: dpbench-micro -np {np}: {len(runs)} reducescatter/allgather benchmarks, wrong = 0")
 PY
   fi
