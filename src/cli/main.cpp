@@ -217,7 +217,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
       std::vector<std::string>{"model", "mlp-layers", "mlp-hidden", "mlp-input", "data", "backend",
                                "devices", "batch", "lr", "optimizer", "loss", "epochs",
                                "warmup-epochs", "allreduce",
-                               "tune-file", "grad-sync", "overlap", "bucket-mb", "seed", "threads",
+                               "tune-file", "grad-sync", "overlap", "bucket-mb", "shard", "seed", "threads",
                                "link-gbps", "link-latency-us", "tf32", "device-mem", "train-limit",
                                "test-limit", "data-dir"});
   tr->add_option("--csv", a.csv,

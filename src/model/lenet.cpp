@@ -31,7 +31,7 @@ class LeNet final : public Model {
   }
   std::string name() const override { return "lenet"; }
 
-  const float* forward(const float* w, const float* x, int n, bool) override {
+  const float* forward_impl(ParamSource& w, const float* x, int n, bool) override {
     x_ = x;
     auto c1 = conv1(n), c2 = conv2(n);
     dev_.conv2d_forward(c1, x, P(w, c1w_), P(w, c1b_), a1_.get());
@@ -46,23 +46,23 @@ class LeNet final : public Model {
     return logits_.get();
   }
 
-  void backward(const float* w, float* g, const float* dlogits, int n,
-                const std::function<void(int)>& ready) override {
+  void backward_impl(ParamSource& w, const float* dlogits, int n,
+                     const std::function<void(int)>& ready) override {
     auto c1 = conv1(n), c2 = conv2(n);
     float* d128 = d1_.get();  // scratch reuse: (n, 128) fits in conv1's output size
-    dev_.dense_backward(n, 128, 10, a3_.get(), P(w, f2w_), dlogits, d128, P(g, f2w_), P(g, f2b_));
+    dev_.dense_backward(n, 128, 10, a3_.get(), P(w, f2w_), dlogits, d128, G(w, f2w_), G(w, f2b_));
     ready(f2b_), ready(f2w_);
     dev_.relu_backward(a3_.get(), d128, d128, size_t(n) * 128);
     float* d800 = d2_.get();
-    dev_.dense_backward(n, 800, 128, p2_.get(), P(w, f1w_), d128, d800, P(g, f1w_), P(g, f1b_));
+    dev_.dense_backward(n, 800, 128, p2_.get(), P(w, f1w_), d128, d800, G(w, f1w_), G(w, f1b_));
     ready(f1b_), ready(f1w_);
     dev_.avgpool_backward(pool2(n), d800, d1_.get());  // (n,50,9,9) into d1 scratch
     dev_.relu_backward(a2_.get(), d1_.get(), d1_.get(), c2.y_size());
-    dev_.conv2d_backward(c2, p1_.get(), P(w, c2w_), d1_.get(), dp_.get(), P(g, c2w_), P(g, c2b_));
+    dev_.conv2d_backward(c2, p1_.get(), P(w, c2w_), d1_.get(), dp_.get(), G(w, c2w_), G(w, c2b_));
     ready(c2b_), ready(c2w_);
     dev_.avgpool_backward(pool1(n), dp_.get(), d2_.get());  // (n,20,26,26) into d2 scratch
     dev_.relu_backward(a1_.get(), d2_.get(), d2_.get(), c1.y_size());
-    dev_.conv2d_backward(c1, x_, P(w, c1w_), d2_.get(), nullptr, P(g, c1w_), P(g, c1b_));
+    dev_.conv2d_backward(c1, x_, P(w, c1w_), d2_.get(), nullptr, G(w, c1w_), G(w, c1b_));
     ready(c1b_), ready(c1w_);
   }
 

@@ -42,7 +42,7 @@ class Mlp final : public Model {
   std::string name() const override { return "mlp"; }
   int input_size() const override { return in_; }
 
-  const float* forward(const float* w, const float* x, int n, bool) override {
+  const float* forward_impl(ParamSource& w, const float* x, int n, bool) override {
     x_ = x;
     const float* in = x;
     for (int l = 0; l < layers_; ++l) {
@@ -55,12 +55,12 @@ class Mlp final : public Model {
     return logits_.get();
   }
 
-  void backward(const float* w, float* g, const float* dlogits, int n,
-                const std::function<void(int)>& ready) override {
+  void backward_impl(ParamSource& w, const float* dlogits, int n,
+                     const std::function<void(int)>& ready) override {
     const size_t nh = size_t(n) * hidden_;
     int cur = 0;  // grad_[cur]: the gradient of the layer being walked back
     dev_.dense_backward(n, hidden_, 10, acts_[layers_ - 1].get(), P(w, wo_), dlogits,
-                        grad_[cur].get(), P(g, wo_), P(g, bo_));
+                        grad_[cur].get(), G(w, wo_), G(w, bo_));
     ready(bo_), ready(wo_);
     for (int l = layers_ - 1; l >= 0; --l) {
       float* dy = grad_[cur].get();
@@ -68,7 +68,7 @@ class Mlp final : public Model {
       // The first layer's input is the data: no gradient for it.
       float* dx = l > 0 ? grad_[1 - cur].get() : nullptr;
       dev_.dense_backward(n, l == 0 ? in_ : hidden_, hidden_, l > 0 ? acts_[l - 1].get() : x_,
-                          P(w, w_[l]), dy, dx, P(g, w_[l]), P(g, b_[l]));
+                          P(w, w_[l]), dy, dx, G(w, w_[l]), G(w, b_[l]));
       ready(b_[l]), ready(w_[l]);
       cur = 1 - cur;
     }

@@ -27,6 +27,29 @@ std::vector<size_t> Model::param_sizes() const {
   return s;
 }
 
+const float* Model::forward(const float* w, const float* x, int n, bool train) {
+  FlatParams flat(params(), w, nullptr);
+  return forward_impl(flat, x, n, train);
+}
+
+void Model::backward(const float* w, float* g, const float* dlogits, int n,
+                     const std::function<void(int)>& ready) {
+  FlatParams flat(params(), w, g);
+  backward_impl(flat, dlogits, n, ready);
+}
+
+std::vector<int> param_layers(const std::vector<ParamInfo>& params) {
+  std::vector<int> layer;
+  std::string prev;
+  for (const ParamInfo& p : params) {
+    const std::string name = p.name.substr(0, p.name.rfind('.'));
+    if (layer.empty() || name != prev) layer.push_back(layer.empty() ? 0 : layer.back() + 1);
+    else layer.push_back(layer.back());
+    prev = name;
+  }
+  return layer;
+}
+
 const std::vector<ModelEntry>& models() {
   static const std::vector<ModelEntry> table = {
       {"lenet", "LeNet as in the d2l seeds: 2 conv + 2 dense layers, ReLU (129,068 parameters)",

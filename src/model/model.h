@@ -49,6 +49,29 @@ class ParamTable {
   size_t total_ = 0;
 };
 
+// Where a forward or backward finds parameter i and writes its gradient. FlatParams: the
+// replicated case, flat buffers in the table's layout; the sharded modes (src/train/shard.h)
+// hand out gathered units and gradient buckets instead.
+class ParamSource {
+ public:
+  virtual ~ParamSource() = default;
+  virtual const float* param(int i) = 0;  // valid until the source moves to another unit
+  virtual float* grad(int i) = 0;         // where parameter i's gradient goes (backward only)
+};
+
+class FlatParams final : public ParamSource {
+ public:
+  FlatParams(const std::vector<ParamInfo>& params, const float* w, float* g)
+      : params_(params), w_(w), g_(g) {}
+  const float* param(int i) override { return w_ + params_[size_t(i)].offset; }
+  float* grad(int i) override { return g_ + params_[size_t(i)].offset; }
+
+ private:
+  const std::vector<ParamInfo>& params_;
+  const float* w_;
+  float* g_;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -63,16 +86,30 @@ class Model {
   // Forward on n <= max_batch examples x (n, input_size()) on the device (images: (n, 1, 28, 28));
   // returns the logits (n, 10).
   // train selects batch statistics (and saves what backward needs) vs running statistics.
-  virtual const float* forward(const float* w, const float* x, int n, bool train) = 0;
+  // w: the flat parameter buffer, or a ParamSource (sharded data parallelism gathers a unit's
+  // parameters when the model first asks for one of them: src/train/shard.h).
+  const float* forward(ParamSource& w, const float* x, int n, bool train) {
+    return forward_impl(w, x, n, train);
+  }
+  const float* forward(const float* w, const float* x, int n, bool train);
   // Backward of the last training forward, from dlogits (n, 10). Writes every parameter's gradient
-  // into g (same layout as w) and calls ready(i) as soon as parameter i's gradient is final.
-  virtual void backward(const float* w, float* g, const float* dlogits, int n,
-                        const std::function<void(int)>& ready) = 0;
-
+  // where the source says (flat: into g, same layout as w) and calls ready(i) as soon as parameter
+  // i's gradient is final.
+  void backward(ParamSource& w, const float* dlogits, int n, const std::function<void(int)>& ready) {
+    backward_impl(w, dlogits, n, ready);
+  }
+  void backward(const float* w, float* g, const float* dlogits, int n,
+                const std::function<void(int)>& ready);
  protected:
   Model(Device& dev, int max_batch) : dev_(dev), max_batch_(max_batch) {}
-  const float* P(const float* w, int i) const { return w + table_.list()[i].offset; }
-  float* P(float* w, int i) const { return w + table_.list()[i].offset; }
+  // Implementations: read parameter i with P(w, i) when the op that uses it is issued, write
+  // its gradient at G(w, i); use parameters in the table's order in forward and in reverse in
+  // backward (a sharded run checks it: its gathers follow that order).
+  virtual const float* forward_impl(ParamSource& w, const float* x, int n, bool train) = 0;
+  virtual void backward_impl(ParamSource& w, const float* dlogits, int n,
+                             const std::function<void(int)>& ready) = 0;
+  static const float* P(ParamSource& w, int i) { return w.param(i); }
+  static float* G(ParamSource& w, int i) { return w.grad(i); }
 
   Device& dev_;
   int max_batch_;
@@ -103,6 +140,11 @@ bool is_model_name(const std::string& name);
 std::vector<ParamInfo> model_param_layout(const std::string& name, const ModelOptions& opts);
 // Model::input_size() of that model, without a device either.
 int model_input_size(const std::string& name, const ModelOptions& opts);
+
+// The layer of each parameter (index: parameter): consecutive parameters that share a name up to
+// its last '.' ("conv1.weight", "conv1.bias"). A model's device op reads the parameters of one
+// layer only, so sharded units made of whole layers never split an op (src/train/shard.h).
+std::vector<int> param_layers(const std::vector<ParamInfo>& params);
 
 // Deterministic host initialization from the seed (normals by Box-Muller over splitmix64, so the
 // same on every platform and for every device count).

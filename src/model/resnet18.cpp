@@ -74,7 +74,7 @@ class ResNet18 final : public Model {
   }
   std::string name() const override { return "resnet18"; }
 
-  const float* forward(const float* w, const float* x, int n, bool train) override {
+  const float* forward_impl(ParamSource& w, const float* x, int n, bool train) override {
     x_ = x;
     conv_fwd(stem_, w, x, n, stem_out_.get());
     bn_fwd(stem_bn_, w, stem_out_.get(), n, train, stem_act_.get());
@@ -102,10 +102,10 @@ class ResNet18 final : public Model {
     return logits_.get();
   }
 
-  void backward(const float* w, float* g, const float* dlogits, int n,
-                const std::function<void(int)>& ready) override {
-    dev_.dense_backward(n, 512, 10, gap_.get(), P(w, fcw_), dlogits, dgap_.get(), P(g, fcw_),
-                        P(g, fcb_));
+  void backward_impl(ParamSource& w, const float* dlogits, int n,
+                     const std::function<void(int)>& ready) override {
+    dev_.dense_backward(n, 512, 10, gap_.get(), P(w, fcw_), dlogits, dgap_.get(), G(w, fcw_),
+                        G(w, fcb_));
     ready(fcb_), ready(fcw_);
     float* A = scratch_[0].get();
     float* B = scratch_[1].get();
@@ -117,27 +117,27 @@ class ResNet18 final : public Model {
       size_t act = size_t(n) * b.c1.cout * b.hout * b.hout;
       dev_.relu_backward(b.out.get(), A, A, act);  // A: gradient at the sum Y + shortcut
       if (b.c3.w >= 0) {
-        conv_bwd(b.c3, w, g, b.x, A, D, n);
+        conv_bwd(b.c3, w, b.x, A, D, n);
         ready(b.c3.b), ready(b.c3.w);
       }
-      bn_bwd(b.bn2, w, g, b.c2out.get(), A, C, n);
+      bn_bwd(b.bn2, w, b.c2out.get(), A, C, n);
       ready(b.bn2.beta), ready(b.bn2.gamma);
-      conv_bwd(b.c2, w, g, b.r1.get(), C, B, n);
+      conv_bwd(b.c2, w, b.r1.get(), C, B, n);
       ready(b.c2.b), ready(b.c2.w);
       dev_.relu_backward(b.r1.get(), B, B, act);
-      bn_bwd(b.bn1, w, g, b.c1out.get(), B, C, n);
+      bn_bwd(b.bn1, w, b.c1out.get(), B, C, n);
       ready(b.bn1.beta), ready(b.bn1.gamma);
-      conv_bwd(b.c1, w, g, b.x, C, B, n);
+      conv_bwd(b.c1, w, b.x, C, B, n);
       ready(b.c1.b), ready(b.c1.w);
       size_t in = size_t(n) * b.c1.cin * b.hin * b.hin;
       dev_.axpy(1.0f, b.c3.w >= 0 ? D : A, B, in);  // shortcut gradient
       std::swap(A, B);
     }
     dev_.relu_backward(stem_act_.get(), A, A, stem_bn_.shape(n).size());
-    bn_bwd(stem_bn_, w, g, stem_out_.get(), A, B, n);
+    bn_bwd(stem_bn_, w, stem_out_.get(), A, B, n);
     ready(stem_bn_.beta), ready(stem_bn_.gamma);
-    dev_.conv2d_backward(stem_.shape(n), x_, P(w, stem_.w), B, nullptr, P(g, stem_.w),
-                         P(g, stem_.b));
+    dev_.conv2d_backward(stem_.shape(n), x_, P(w, stem_.w), B, nullptr, G(w, stem_.w),
+                         G(w, stem_.b));
     ready(stem_.b), ready(stem_.w);
   }
 
@@ -161,14 +161,14 @@ class ResNet18 final : public Model {
     b.sinv = Buffer(dev_, c, MemCategory::Activations, "batchnorm saved inverse std");
     return b;
   }
-  void conv_fwd(const Conv& c, const float* w, const float* x, int n, float* y) {
+  void conv_fwd(const Conv& c, ParamSource& w, const float* x, int n, float* y) {
     dev_.conv2d_forward(c.shape(n), x, P(w, c.w), P(w, c.b), y);
   }
-  void conv_bwd(const Conv& c, const float* w, float* g, const float* x, const float* dy, float* dx,
+  void conv_bwd(const Conv& c, ParamSource& w, const float* x, const float* dy, float* dx,
                 int n) {
-    dev_.conv2d_backward(c.shape(n), x, P(w, c.w), dy, dx, P(g, c.w), P(g, c.b));
+    dev_.conv2d_backward(c.shape(n), x, P(w, c.w), dy, dx, G(w, c.w), G(w, c.b));
   }
-  void bn_fwd(BatchNorm& b, const float* w, const float* x, int n, bool train, float* y) {
+  void bn_fwd(BatchNorm& b, ParamSource& w, const float* x, int n, bool train, float* y) {
     if (train)
       dev_.batchnorm_forward_train(b.shape(n), x, P(w, b.gamma), P(w, b.beta), y, b.rmean.get(),
                                    b.rvar.get(), b.smean.get(), b.sinv.get());
@@ -176,10 +176,10 @@ class ResNet18 final : public Model {
       dev_.batchnorm_forward_infer(b.shape(n), x, P(w, b.gamma), P(w, b.beta), b.rmean.get(),
                                    b.rvar.get(), y);
   }
-  void bn_bwd(BatchNorm& b, const float* w, float* g, const float* x, const float* dy, float* dx,
+  void bn_bwd(BatchNorm& b, ParamSource& w, const float* x, const float* dy, float* dx,
               int n) {
     dev_.batchnorm_backward(b.shape(n), x, dy, P(w, b.gamma), b.smean.get(), b.sinv.get(), dx,
-                            P(g, b.gamma), P(g, b.beta));
+                            G(w, b.gamma), G(w, b.beta));
   }
 
   Conv stem_;

@@ -3,35 +3,49 @@
 // as torch.optim.Adam: tests/test_optimizer_loss.cpp and tests/adam_torch_test.py check it).
 #include "src/train/optimizer.h"
 
+#include "src/core/check.h"
 #include "src/core/registry.h"
 
 namespace dpb {
 namespace {
 
+// The segments' lengths add up to the optimizer's size (its state lies in their order).
+void check_segments(std::span<const OptSegment> segments, size_t n) {
+  size_t total = 0;
+  for (const OptSegment& s : segments) total += s.n;
+  DPB_CHECK(total == n, "optimizer of " << n << " parameters given segments of " << total);
+}
+
 class Sgd final : public Optimizer {
  public:
-  Sgd(Device& dev, size_t n) : dev_(dev), n_(n) {}
-  void step(float* w, const float* g, float lr) override { dev_.sgd_step(w, g, lr, n_); }
+  Sgd(Device& dev, size_t n) : Optimizer(n), dev_(dev) {}
+  void step(std::span<const OptSegment> segments, float lr) override {
+    check_segments(segments, n_);
+    for (const OptSegment& s : segments) dev_.sgd_step(s.w, s.g, lr, s.n);
+  }
 
  private:
   Device& dev_;
-  size_t n_;
 };
 
 class Adam final : public Optimizer {
  public:
   Adam(Device& dev, size_t n)
-      : dev_(dev), n_(n), m_(dev, n, MemCategory::OptimizerState, "Adam first moment (m)"),
+      : Optimizer(n), dev_(dev), m_(dev, n, MemCategory::OptimizerState, "Adam first moment (m)"),
         v_(dev, n, MemCategory::OptimizerState, "Adam second moment (v)") {}
-  void step(float* w, const float* g, float lr) override {
+  void step(std::span<const OptSegment> segments, float lr) override {
+    check_segments(segments, n_);
     s_.lr = lr;
     ++s_.t;  // 1-based: the bias corrections of step t
-    dev_.adam_step(w, g, m_.get(), v_.get(), n_, s_);
+    size_t at = 0;  // the segment's state
+    for (const OptSegment& seg : segments) {
+      dev_.adam_step(seg.w, seg.g, m_.get() + at, v_.get() + at, seg.n, s_);
+      at += seg.n;
+    }
   }
 
  private:
   Device& dev_;
-  size_t n_;
   Buffer m_, v_;  // zero-filled by alloc: the moments before step 1
   AdamStep s_{.t = 0};  // optax's b1, b2, eps (AdamStep's defaults)
 };

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,11 +19,30 @@
 
 namespace dpb {
 
+// A run of parameters and their gradients: the sharded modes update a rank's chunk of every unit
+// (src/train/shard.h), the optimizer's state holding the segments one after the other.
+struct OptSegment {
+  float* w;
+  const float* g;
+  size_t n;
+};
+
 class Optimizer {
  public:
+  explicit Optimizer(size_t n) : n_(n) {}
   virtual ~Optimizer() = default;
-  // One update of the optimizer's n parameters w from their gradient g at learning rate lr.
-  virtual void step(float* w, const float* g, float lr) = 0;
+  size_t size() const { return n_; }  // parameters it updates (and holds state for)
+  // One update at learning rate lr of the optimizer's n parameters, given as segments whose
+  // lengths add up to n (one step: Adam's step count advances once).
+  virtual void step(std::span<const OptSegment> segments, float lr) = 0;
+  // The n parameters w from their gradient g: one segment.
+  void step(float* w, const float* g, float lr) {
+    const OptSegment all{w, g, n_};
+    step(std::span<const OptSegment>(&all, 1), lr);
+  }
+
+ protected:
+  size_t n_;
 };
 
 struct OptimizerEntry {

@@ -16,6 +16,7 @@
 #include "src/train/loss.h"
 #include "src/train/optimizer.h"
 #include "src/train/run_data.h"
+#include "src/train/shard.h"
 
 namespace dpb {
 
@@ -194,6 +195,12 @@ std::vector<RunOption> make_table() {
       {"bucket-mb", "bucket_mb", false, "X", "bucket cap in MB (1e6 bytes) for bucketed",
        positive_number, [](C& c, const std::string& t) { c.sync.bucket_mb = to_double(t); },
        [](const C& c) { return fmt(c.sync.bucket_mb); }},
+      {"shard", "", false, "MODE",
+       "sharded data parallelism: " + entry_names(shard_modes(), " | ") +
+           " (ZeRO stages 0-3; units: --grad-sync's plan over whole layers)",
+       [](const std::string& t) { return member(shard_modes(), t, "mode"); },
+       [](C& c, const std::string& t) { c.shard = find_shard_mode(t).mode; },
+       [](const C& c) { return to_string(c.shard); }},
       {"seed", "", false, "N", "seed for initialization and shuffling",
        [](const std::string& t) {
          char* end = nullptr;

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "collectives/mpi/mpi_transport.h"
+#include "collectives/shard.h"
 #include "src/core/check.h"
 #include "src/core/nvtx.h"
 
@@ -14,7 +15,7 @@ namespace dpb {
 
 RankSet::RankSet(std::vector<std::unique_ptr<Device>> devices, const std::string& algorithm,
                  const AllReduceOptions& opts, const LinkSpec& link)
-    : devs(std::move(devices)) {
+    : devs(std::move(devices)), algorithm_(algorithm), opts_(opts) {
   std::vector<Device*> ptrs;
   for (auto& d : devs) ptrs.push_back(d.get());
   group = std::make_unique<CommGroup>(int(ptrs.size()), ptrs, link);
@@ -22,44 +23,77 @@ RankSet::RankSet(std::vector<std::unique_ptr<Device>> devices, const std::string
 }
 
 RankSet::RankSet(std::unique_ptr<Device> dev, int processes, const std::string& algorithm,
-                 const AllReduceOptions& opts, const LinkSpec& link) {
+                 const AllReduceOptions& opts, const LinkSpec& link)
+    : algorithm_(algorithm), opts_(opts) {
   const int rank = dev->rank();
   devs.push_back(std::move(dev));
   group = std::make_unique<CommGroup>(make_mpi_transport(*devs[0], rank, processes, link));
   allreduce = make_allreduce(algorithm, *group, opts);
 }
 
+void RankSet::add_shard_collectives() {
+  if (!reducescatter) reducescatter = make_collective(Collective::ReduceScatter, algorithm_, *group, opts_);
+  if (!allgather) allgather = make_collective(Collective::AllGather, algorithm_, *group, opts_);
+}
+
 void RankSet::abort(int rank, const std::string& why) {
   allreduce->abort(rank, why);
+  if (reducescatter) reducescatter->abort(rank, why);
+  if (allgather) allgather->abort(rank, why);
   group->abort(rank, why);
 }
 
 Replica make_replica(Device& dev, CommGroup& group, const std::string& model,
                      const ModelOptions& opts, int max_batch, const GradSyncConfig& sync,
-                     AllReduce& ar, const std::string& optimizer, const std::string& loss) {
+                     AllReduce& ar, const std::string& optimizer, const std::string& loss,
+                     ShardMode shard, AllReduce* rs, AllReduce* ag) {
   Replica rep;
   rep.dev = &dev;
   rep.model = make_model(model, dev, max_batch, opts);
   const size_t P = rep.model->num_floats(), mb = size_t(max_batch);
   const size_t in = size_t(rep.model->input_size());
-  // Collectives run on these two (broadcast, gradient sync): the group places them.
-  rep.w = group.alloc(dev.rank(), P, MemCategory::Parameters, "parameters");
-  rep.g = group.alloc(dev.rank(), P, MemCategory::Gradients, "gradients");
+  ShardLayout layout;
+  if (shard != ShardMode::None) {
+    DPB_CHECK(rs && ag, "--shard " << to_string(shard) << ": no reduce-scatter / all-gather given");
+    layout = make_shard_layout(rep.model->params(), sync, group.size(), dev.rank());
+  }
+  const size_t wn = shard == ShardMode::Parameters ? layout.shard_floats : P;
+  const size_t gn = shards_gradients(shard) ? layout.shard_floats : P;
+  // Collectives run on these two (broadcast, gradient sync, gathers): the group places them.
+  rep.w = group.alloc(dev.rank(), wn, MemCategory::Parameters,
+                      wn < P ? "parameters (this rank's shard)" : "parameters");
+  rep.g = group.alloc(dev.rank(), gn, MemCategory::Gradients,
+                      gn < P ? "gradients (this rank's shard)" : "gradients");
   rep.x = Buffer(dev, mb * in, MemCategory::Data, "input images");
   rep.y = Buffer(dev, mb, MemCategory::Data, "input labels");
   rep.dlogits = Buffer(dev, mb * kClasses, MemCategory::Temporaries, "logits gradient");
   rep.stats = Buffer(dev, 2, MemCategory::Temporaries, "loss/accuracy accumulators");
-  rep.opt = find_optimizer(optimizer).make(dev, P);
+  rep.opt = find_optimizer(optimizer).make(dev, shard == ShardMode::None ? P : layout.shard_floats);
   rep.loss = &find_loss(loss);
   rep.host_x.resize(mb * in);
   rep.host_y.resize(mb);
-  rep.sync = std::make_unique<GradSync>(sync, rep.model->param_sizes(), ar, dev, dev.rank(),
-                                        rep.g.get());
+  rep.flat = std::make_unique<FlatParams>(rep.model->params(), rep.w.get(), rep.g.get());
+  if (!shards_gradients(shard))
+    rep.sync = std::make_unique<GradSync>(sync, rep.model->param_sizes(), ar, dev, dev.rank(),
+                                          rep.g.get());
+  if (shard != ShardMode::None)
+    rep.shard = std::make_unique<ShardedStep>(shard, std::move(layout), group, *rs, *ag, dev,
+                                              rep.w.get(), rep.g.get(), *rep.opt, sync.overlap);
   rep.data_timer = dev.make_timer(StreamKind::Compute);  // CUDA: events, not host time
   return rep;
 }
 
+void load_params(Replica& rep, const std::vector<float>& host_full) {
+  DPB_CHECK(host_full.size() == rep.num_params(),
+            "load_params: " << host_full.size() << " floats for a model of " << rep.num_params());
+  if (rep.shard && rep.shard->mode() == ShardMode::Parameters)
+    rep.shard->load_shard(host_full.data());
+  else if (rep.dev->rank() == 0)
+    rep.dev->upload(rep.w.get(), host_full.data(), host_full.size());
+}
+
 void broadcast_params(Replica& rep, CommGroup& group) {
+  if (rep.shard && rep.shard->mode() == ShardMode::Parameters) return;  // each loaded its shard
   NvtxRange nv("broadcast parameters");
   const int r = rep.dev->rank(), k = group.size();
   const size_t P = rep.num_params();
@@ -103,38 +137,55 @@ void load_examples(Replica& rep, const Split& split, const int* idx, int n) {
 }
 
 void step_forward(Replica& rep, int n, float loss_scale) {
-  if (n == 0) return;
+  if (n == 0) {  // sharded parameters: this rank still takes part in the gathers
+    if (rep.shard) rep.shard->skip_forward();
+    return;
+  }
   NvtxRange nv("forward");
-  const float* logits = rep.model->forward(rep.w.get(), rep.x.get(), n, true);
+  if (rep.shard) rep.shard->begin_forward();
+  const float* logits = rep.model->forward(rep.params(), rep.x.get(), n, true);
   rep.loss->apply(*rep.dev, n, kClasses, logits, rep.y.get(), loss_scale, rep.dlogits.get(),
                   rep.stats.get());
 }
 
 void step_backward(Replica& rep, int n, bool reduce, const std::function<void(int)>& on_ready) {
   NvtxRange nv("backward");
+  DPB_CHECK(reduce || !rep.shard, "a sharded step always communicates (step_backward reduce)");
   GradSync* sync = reduce ? rep.sync.get() : nullptr;
+  ShardedStep* shard = rep.shard.get();
   if (sync) sync->begin_step();
-  auto ready = [sync, &on_ready](int i) {
+  if (shard) shard->begin_backward();
+  auto ready = [sync, shard, &on_ready](int i) {
     if (sync) sync->grad_ready(i);
+    if (shard) shard->grad_ready(i);
     if (on_ready) on_ready(i);
   };
+  ParamSource& ps = rep.params();
   if (n > 0) {
-    rep.model->backward(rep.w.get(), rep.g.get(), rep.dlogits.get(), n, ready);
+    rep.model->backward(ps, rep.dlogits.get(), n, ready);
   } else {  // an empty shard (last partial batch smaller than k) contributes zeros
-    rep.dev->fill(rep.g.get(), 0.0f, rep.num_params());
-    if (sync || on_ready)
-      for (int i = int(rep.model->params().size()) - 1; i >= 0; --i) ready(i);
+    // In backward's order, asking for each parameter as a backward would (sharded: the gathers).
+    const auto& params = rep.model->params();
+    for (int i = int(params.size()) - 1; i >= 0; --i) {
+      ps.param(i);
+      rep.dev->fill(ps.grad(i), 0.0f, params[i].size);
+      ready(i);
+    }
   }
 }
 
 void step_sync_wait(Replica& rep) {
   NvtxRange nv("gradient sync wait");
-  rep.sync->finish();
+  if (rep.sync) rep.sync->finish();
+  if (rep.shard) rep.shard->finish_backward();
 }
 
 void step_update(Replica& rep, float lr) {
   NvtxRange nv("optimizer step");
-  rep.opt->step(rep.w.get(), rep.g.get(), lr);
+  if (rep.shard)
+    rep.shard->update(lr);
+  else
+    rep.opt->step(rep.w.get(), rep.g.get(), lr);
 }
 
 void train_step(Replica& rep, int n, int global_batch, float lr) {
@@ -146,13 +197,17 @@ void train_step(Replica& rep, int n, int global_batch, float lr) {
 
 void begin_epoch(Replica& rep) {
   rep.dev->fill(rep.stats.get(), 0.0f, 2);
-  rep.sync->reset_times();
+  if (rep.sync) rep.sync->reset_times();
+  if (rep.shard) rep.shard->reset_times();
   rep.data_timer->reset();
 }
 
 void end_epoch(Replica& rep) {
   rep.host_w.resize(rep.num_params());
-  rep.dev->download(rep.host_w.data(), rep.w.get(), rep.num_params());
+  if (rep.shard)  // sharded parameters: every rank gathers them
+    rep.shard->download_full(rep.host_w.data());
+  else
+    rep.dev->download(rep.host_w.data(), rep.w.get(), rep.num_params());
   rep.dev->download(rep.host_stats, rep.stats.get(), 2);
 }
 
@@ -191,19 +246,34 @@ EpochStats epoch_stats(const Replica& rep, CommGroup& group, int steps, int exam
   st.max_replica_diff = maxdiff;
   st.rank_peaks = std::move(peaks);
   st.replicas_in_sync = maxdiff == 0.0;
-  const SyncTimes& t = rep.sync->times();  // this rank's (the trainer reports rank 0's)
-  st.comm_s = t.comm_s;
-  st.exposed_comm_s = t.exposed_s;
-  st.comm_calls = t.calls;
+  // This rank's (the trainer reports rank 0's): gradient sync and the sharded modes' jobs.
+  if (rep.sync) {
+    const SyncTimes& t = rep.sync->times();
+    st.comm_s += t.comm_s;
+    st.exposed_comm_s += t.exposed_s;
+    st.comm_calls += t.calls;
+  }
+  if (rep.shard) {
+    st.comm_s += rep.shard->comm_seconds();
+    st.exposed_comm_s += rep.shard->exposed_seconds();
+    st.comm_calls += rep.shard->calls();
+  }
   st.data_s = rep.data_timer->seconds();
-  st.compute_s = std::max(0.0, epoch_s - st.data_s - t.exposed_s);
+  st.compute_s = std::max(0.0, epoch_s - st.data_s - st.exposed_comm_s);
   return st;
 }
 
-double evaluate(Replica& rep, const Split& split) {
+void evaluate_peer(Replica& rep, const Split& split, int batch) {
+  if (!rep.shard || rep.shard->mode() != ShardMode::Parameters) return;  // nothing to take part in
+  NvtxRange nv("evaluate (gathers)");
+  for (int i0 = 0; i0 < split.n; i0 += batch) rep.shard->skip_forward();
+}
+
+double evaluate(Replica& rep, const Split& split, int batch_limit) {
   NvtxRange nv("evaluate");
   Device& dev = *rep.dev;
-  const int batch = rep.model->max_batch();
+  const int batch = batch_limit > 0 ? std::min(batch_limit, rep.model->max_batch())
+                                    : rep.model->max_batch();
   dev.fill(rep.stats.get(), 0.0f, 2);
   std::vector<int> idx(batch);
   for (int i0 = 0; i0 < split.n; i0 += batch) {
@@ -211,7 +281,8 @@ double evaluate(Replica& rep, const Split& split) {
     for (int i = 0; i < n; ++i) idx[i] = i0 + i;
     gather(rep, split, idx.data(), n);  // untimed: not training's data time
     load_batch(rep, rep.host_x.data(), rep.host_y.data(), n);
-    const float* logits = rep.model->forward(rep.w.get(), rep.x.get(), n, false);
+    if (rep.shard) rep.shard->begin_forward();
+    const float* logits = rep.model->forward(rep.params(), rep.x.get(), n, false);
     rep.loss->apply(dev, n, kClasses, logits, rep.y.get(), 1.0f, nullptr, rep.stats.get());
   }
   float ev[2];

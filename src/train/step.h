@@ -24,6 +24,7 @@
 #include "src/model/model.h"
 #include "src/train/loss.h"
 #include "src/train/optimizer.h"
+#include "src/train/shard.h"
 #include "src/train/trainer.h"
 
 namespace dpb {
@@ -47,39 +48,58 @@ struct RankSet {
   std::vector<std::unique_ptr<Device>> devs;  // the local ranks' devices
   std::unique_ptr<CommGroup> group;
   std::unique_ptr<AllReduce> allreduce;
+  // The sharded modes' reduce-scatter and all-gather (--allreduce's algorithm in their tables),
+  // made by add_shard_collectives().
+  std::unique_ptr<AllReduce> reducescatter, allgather;
+  void add_shard_collectives();
   int size() const { return int(devs.size()); }  // local ranks
   Device& operator[](int i) const { return *devs[i]; }  // local rank i (rank devs[i]->rank())
   // On a rank's failure: wakes every rank blocked in the all-reduce or the group (they throw).
   void abort(int rank, const std::string& why);
+
+ private:
+  std::string algorithm_;
+  AllReduceOptions opts_;
 };
 
-// Everything one rank owns. The GradSync is declared after the buffers it reduces, so that it
-// (and its communication thread) goes first.
+// Everything one rank owns. The GradSync and the ShardedStep are declared after the buffers they
+// use, so that they (and their communication threads) go first.
 struct Replica {
   Device* dev = nullptr;
   std::unique_ptr<Model> model;
-  Buffer w, g, x, y, dlogits, stats;  // parameters, gradients, batch, logits gradient, {loss, correct}
-  std::unique_ptr<Optimizer> opt;     // its state (Adam's moments) on dev
+  // Parameters, gradients, batch, logits gradient, {loss, correct}. w and g hold the whole model,
+  // or this rank's compact shard where --shard shards them (shard.h).
+  Buffer w, g, x, y, dlogits, stats;
+  std::unique_ptr<Optimizer> opt;     // its state (Adam's moments) on dev: the whole or a shard
   const LossEntry* loss = nullptr;    // of the loss table
-  std::unique_ptr<GradSync> sync;
+  std::unique_ptr<FlatParams> flat;   // the model's view of w and g (replicated)
+  std::unique_ptr<GradSync> sync;     // gradients all-reduced: --shard none and optimizer
+  std::unique_ptr<ShardedStep> shard; // --shard optimizer, gradients, parameters
   std::vector<uint8_t> host_x, host_y;  // staging for a batch
   std::vector<float> host_w;            // end-of-epoch copy for the replica check
   float host_stats[2] = {0, 0};         // end-of-epoch {loss sum, correct}
   std::unique_ptr<StreamTimer> data_timer;  // training data loading, on the compute stream
   size_t num_params() const { return model->num_floats(); }
+  ParamSource& params() { return shard ? static_cast<ParamSource&>(*shard) : *flat; }
 };
 
 // The model for up to max_batch examples, its buffers (parameters and gradients from the group)
 // a GradSync over `ar` for rank dev.rank(), the optimizer (an entry of optimizers(), its state
 // allocated on dev) and the loss (an entry of losses()).
 // opts: the model's options (ModelOptions); the batch buffer holds max_batch examples of the
-// model's input_size() features.
+// model's input_size() features. shard: a sharded mode (shard.h) over rs and ag, the group's
+// reduce-scatter and all-gather (RankSet::add_shard_collectives).
 Replica make_replica(Device& dev, CommGroup& group, const std::string& model,
                      const ModelOptions& opts, int max_batch, const GradSyncConfig& sync,
                      AllReduce& ar, const std::string& optimizer = "sgd",
-                     const std::string& loss = "xent");
+                     const std::string& loss = "xent", ShardMode shard = ShardMode::None,
+                     AllReduce* rs = nullptr, AllReduce* ag = nullptr);
 
-// Copies rank 0's parameters to every replica through the group's transport (every rank calls it).
+// Initial parameters: rank 0's replica (sharded at rest: every replica its shard) from the host's
+// full parameters (init_params). Then broadcast_params.
+void load_params(Replica& rep, const std::vector<float>& host_full);
+// Copies rank 0's parameters to every replica through the group's transport (every rank calls
+// it; --shard parameters: nothing, each rank loaded its shard).
 void broadcast_params(Replica& rep, CommGroup& group);
 
 // Data: n examples (uint8 features, input_size() each; labels) from the host into the replica's
@@ -98,8 +118,10 @@ void step_forward(Replica& rep, int n, float loss_scale);
 // once its gradient is final, after the GradSync has it.
 void step_backward(Replica& rep, int n, bool reduce,
                    const std::function<void(int)>& on_ready = nullptr);
-void step_sync_wait(Replica& rep);  // GradSync::finish: the gradients are summed over the ranks
-void step_update(Replica& rep, float lr);  // the replica's optimizer
+// GradSync::finish / ShardedStep::finish_backward: the gradients are summed over the ranks.
+void step_sync_wait(Replica& rep);
+// The replica's optimizer (sharded: on its shard, then the parameters all-gathered).
+void step_update(Replica& rep, float lr);
 void train_step(Replica& rep, int n, int global_batch, float lr);  // all four, reducing
 
 // Epoch statistics: begin_epoch zeroes the replica's accumulators and times; end_epoch copies
@@ -112,7 +134,11 @@ void end_epoch(Replica& rep);
 EpochStats epoch_stats(const Replica& rep, CommGroup& group, int steps, int examples,
                        double epoch_s);
 
-// Accuracy on split in batches of at most the model's max_batch (inference mode).
-double evaluate(Replica& rep, const Split& split);
+// Accuracy on split in batches of at most the model's max_batch (inference mode), or of `batch`
+// when it is smaller. --shard parameters: a collective; ranks other than the one that evaluates
+// call evaluate_peer with the same split and batch, taking part in the gathers (sharded modes'
+// evaluation is rank 0's, as the replicated one).
+double evaluate(Replica& rep, const Split& split, int batch = 0);
+void evaluate_peer(Replica& rep, const Split& split, int batch);
 
 }  // namespace dpb

@@ -9,6 +9,7 @@
 #include "src/model/model.h"
 #include "src/train/loss.h"
 #include "src/train/optimizer.h"
+#include "src/train/shard.h"
 #include "src/train/run_data.h"
 
 namespace dpb {
@@ -85,6 +86,8 @@ const std::vector<CsvColumn>& train_csv_columns() {
       {"allreduce_resolved", kText,
        "what ran: the algorithm, or auto's choice per message size and its table",
        [](Run r, Ep) { return r.allreduce_resolved; }},
+      {"shard", kText, entry_names(shard_modes(), " | ") + " (--shard: ZeRO stage 0-3)",
+       [](Run r, Ep) { return to_string(r.cfg.shard); }},
       {"grad_sync", kText, "per-param | fused | bucketed",
        [](Run r, Ep) { return to_string(r.cfg.sync.mode); }},
       {"overlap", kText, "on | off: gradients all-reduced during backward",

@@ -60,6 +60,7 @@ class Run {
   RankSet ranks_;
   std::vector<Replica> reps_;
   RankThreads pool_;
+  int eval_batch_ = 0;     // rank 0's evaluation batch (sharded parameters: every rank's gathers)
   std::vector<int> perm_;  // this epoch's order of the training examples (local rank 0 draws it)
   TrainResult result_;
 };
@@ -97,13 +98,15 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
   for (int i = 0; i < ranks_.size(); ++i) ranks_[i].memory().set_capacity(cfg.device_mem);
   adapt_barrier_spin(*ranks_.group, cfg.sync);
   result_.allreduce_resolved = ranks_.allreduce->describe();
+  if (cfg.shard != ShardMode::None) ranks_.add_shard_collectives();
   const int shard_max = (cfg.batch + k_ - 1) / k_;
-  const int eval_batch = std::max(shard_max, kMinEvalBatch);
+  eval_batch_ = std::max(shard_max, kMinEvalBatch);
   for (int i = 0; i < ranks_.size(); ++i) {
     const int r = ranks_[i].rank();
     reps_.push_back(make_replica(ranks_[i], *ranks_.group, cfg.model, cfg.model_opts,
-                                 r == 0 ? eval_batch : shard_max, cfg.sync, *ranks_.allreduce,
-                                 cfg.optimizer, cfg.loss));
+                                 r == 0 ? eval_batch_ : shard_max, cfg.sync, *ranks_.allreduce,
+                                 cfg.optimizer, cfg.loss, cfg.shard, ranks_.reducescatter.get(),
+                                 ranks_.allgather.get()));
     // Ranks as threads on an emulated link are named with it ("cpu:0 (...) + link 1 Gb/s, 50 us").
     const bool link_named = ranks_.group->paced() && !cfg.procs.active();
     result_.device_names.push_back(ranks_[i].name() +
@@ -115,10 +118,12 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
     result_.shared_gpu = cfg.procs.active() ? cfg.procs.local_size > ndev : k_ > ndev;
   }
   // Rank 0 initializes (a backend that runs no math has nothing to initialize: a planned model
-  // of any size costs no host memory) ...
-  if (ranks_.group->is_local(0) && runs_math_) {
+  // of any size costs no host memory; sharded parameters: every rank its shard, from the same
+  // seed) ...
+  const bool every_rank = cfg.shard == ShardMode::Parameters;
+  if (runs_math_ && (every_rank || ranks_.group->is_local(0))) {
     const std::vector<float> init = init_params(model_param_layout(cfg.model, cfg.model_opts), cfg.seed);
-    ranks_[0].upload(reps_[0].w.get(), init.data(), init.size());
+    for (Replica& rep : reps_) load_params(rep, init);
   }
 }
 
@@ -140,7 +145,10 @@ void Run::rank_main(int i) {
     // ---- end of epoch: replica check, statistics, evaluation (not timed) ----
     if (runs_math_) end_epoch(rep);  // meta: no parameters or sums to copy (nor to compare)
     EpochStats st = epoch_stats(rep, *ranks_.group, steps_, data_.train.n, epoch_s);
-    if (r == 0) report_epoch(st, e, lr);
+    if (r == 0)
+      report_epoch(st, e, lr);
+    else
+      evaluate_peer(rep, data_.test, eval_batch_);  // sharded parameters: rank 0's gathers
     pool_.align(i);
   }
   if (r == 0) result_.final_params = rep.host_w;
@@ -178,7 +186,7 @@ double Run::train_epoch(int i, int e, double& lr) {
 void Run::report_epoch(EpochStats st, int e, double lr) {
   st.epoch = e + 1;
   st.lr_end = lr;
-  st.test_acc = evaluate(reps_[0], data_.test);  // reps_[0] is rank 0 when it is local
+  st.test_acc = evaluate(reps_[0], data_.test, eval_batch_);  // reps_[0] is rank 0 when it is local
   // Every rank's peak: this process's ranks read after evaluation (its batch counts too), the
   // other processes' as epoch_stats gathered them.
   for (int i = 0; i < ranks_.size(); ++i) st.rank_peaks[ranks_[i].rank()] = ranks_[i].memory().peak();
@@ -215,6 +223,18 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
                          << "without mpirun/srun (--devices " << cfg.procs.size << " plans "
                          << cfg.procs.size << " ranks)");
   find_optimizer(cfg.optimizer);  // throws "--optimizer: unknown optimizer ..."
+  if (cfg.shard != ShardMode::None) {  // its collectives are --allreduce's in their tables
+    for (Collective c : {Collective::ReduceScatter, Collective::AllGather}) {
+      const auto& table = collective_algorithms(c);
+      const AllReduceEntry* e = find_entry(table, cfg.allreduce);
+      DPB_CHECK(e, "--shard " << to_string(cfg.shard) << ": runs " << collective_name(c)
+                              << " with --allreduce's algorithm, and '" << cfg.allreduce
+                              << "' has none (valid: " << entry_names(table) << ")");
+      const std::string no = allreduce_refusal(*e, cfg.devices, backend.kind, cfg.launcher(),
+                                               cfg.procs.active() ? cfg.procs.local_size : 0);
+      DPB_CHECK(no.empty(), "--shard " << to_string(cfg.shard) << ": " << no);
+    }
+  }
   find_loss(cfg.loss);
   if (cfg.procs.active()) {
     DPB_CHECK(cfg.devices == cfg.procs.size,

@@ -23,6 +23,7 @@
 #include "src/core/memory.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
+#include "src/train/shard.h"
 
 namespace dpb {
 
@@ -51,6 +52,7 @@ struct TrainConfig {
   std::string allreduce = "ring";  // a name of collectives/registry.h's table
   std::string tune_file;           // --allreduce auto: tuning table ("": the compiled-in default)
   GradSyncConfig sync;
+  ShardMode shard = ShardMode::None;  // --shard: replicated, or ZeRO-1/2/3 (src/train/shard.h)
   uint64_t seed = 0;
   int threads = 0;  // CPU math threads per device; 0: cores / devices, at least 1
   bool tf32 = false;

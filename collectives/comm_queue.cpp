@@ -1,0 +1,118 @@
+// comm_queue.cpp: the rank's ordered communication jobs (see comm_queue.h).
+#include "collectives/comm_queue.h"
+
+#include "src/core/check.h"
+
+namespace dpb {
+
+CommQueue::CommQueue(Device& dev, int rank, bool thread,
+                     std::function<void(const std::string&)> abort)
+    : dev_(dev), rank_(rank), abort_(std::move(abort)), timer_(dev.make_timer(StreamKind::Comm)) {
+  if (thread) thread_ = std::thread([this] { loop(); });
+}
+
+CommQueue::~CommQueue() {
+  if (!thread_.joinable()) return;
+  bool in_flight;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+    in_flight = done_ < submitted_;
+  }
+  // Jobs in flight at destruction: this rank's step failed. Abort, so that neither our thread nor
+  // the peers wait forever for collectives this rank will never join.
+  if (in_flight)
+    abort_("communication of rank " + std::to_string(rank_) +
+           " was abandoned with jobs in flight");
+  work_cv_.notify_all();
+  thread_.join();
+}
+
+void CommQueue::run(const Job& job, Clock::time_point issued) {
+  try {
+    timer_->begin();
+    job(issued);
+    timer_->end();
+  } catch (const std::exception& e) {
+    abort_(e.what());
+    throw;
+  } catch (...) {
+    abort_("unknown exception in a communication job");
+    throw;
+  }
+}
+
+long CommQueue::submit(Job job) {
+  const auto issued = Clock::now();
+  const long ticket = ++submitted_;
+  if (!thread_.joinable()) {  // inline: ordered after all compute issued so far
+    if (error_) std::rethrow_exception(error_);
+    try {
+      dev_.comm_wait_compute();
+      run(job, issued);
+    } catch (...) {
+      error_ = std::current_exception();
+      throw;
+    }
+    ++calls_;
+    done_ = ticket;
+    return ticket;
+  }
+  // The mark is taken here, on the submitting thread: the job waits for exactly the compute
+  // issued before it, not for what the caller issues after.
+  const int mark = dev_.compute_mark();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.push_back({std::move(job), mark, issued});
+  }
+  work_cv_.notify_one();
+  return ticket;
+}
+
+void CommQueue::loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    work_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    Queued q = std::move(queue_.front());
+    queue_.pop_front();
+    if (!error_) {  // after a failure later jobs are dropped (the group is aborted)
+      lk.unlock();
+      std::exception_ptr err;
+      try {
+        dev_.comm_wait_mark(q.mark);
+        run(q.job, q.issued);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      lk.lock();
+      ++calls_;
+      if (err && !error_) error_ = err;
+    }
+    ++done_;
+    done_cv_.notify_all();
+  }
+}
+
+void CommQueue::wait(long ticket) {
+  DPB_CHECK(ticket <= submitted_, "rank " << rank_ << ": waiting for communication job " << ticket
+                                          << " of " << submitted_ << " submitted");
+  std::exception_ptr err;
+  if (thread_.joinable()) {
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait(lk, [&] { return done_ >= ticket || error_; });
+    err = error_;
+  } else {
+    err = error_;
+  }
+  if (err) std::rethrow_exception(err);
+}
+
+double CommQueue::comm_seconds() { return timer_->seconds(); }
+
+void CommQueue::reset_times() {
+  timer_->reset();
+  calls_ = 0;
+}
+
+}  // namespace dpb
