@@ -1,0 +1,364 @@
+// test_shard.cpp: sharded data parallelism (--shard, src/train/shard.h; issue 22 items 3 and 4).
+//   Equivalence: every mode (none, optimizer, gradients, parameters) with SGD and Adam at k = 2, 3,
+//     4 ends with the 1-device replicated run's parameters within 1e-5 (max |diff|): uneven
+//     shards (units not divisible by k), a last batch smaller than k (ranks with no examples),
+//     per-param / fused / bucketed units, overlap on and off, the async backend (stream semantics:
+//     a missing wait reads stale or NaN data) in every mode; LeNet too.
+//   Layout: make_shard_layout's units are whole layers, the k ranks' chunks cover every unit once,
+//     shard sizes differ by at most one per unit, forward_order is by first parameter.
+//   Order: a model asking for parameters out of order is refused by name (ShardedStep::param).
+//   Failure: a rank throwing mid-step in --shard parameters with overlap stops every rank.
+//   Memory (item 4): per device and category, the peak equals shard_model_states exactly and
+//     ZeRO's formula (zero_formula) within 5%, plus the measured rest; meta and CPU backends.
+//   Bytes (item 4): one step sends, per rank, exactly the schedule's bytes (ShardedStep::traffic,
+//     shard_unit_calls, schedule_sent_bytes), and ZeRO-3 sends 1.5x the replicated volume.
+//   ./dpb_tests --gtest_filter='Shard*'
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/comm_volume.h"
+#include "kernels/backends.h"
+#include "src/core/check.h"
+#include "src/core/forwarding_device.h"
+#include "src/data/dataset.h"
+#include "src/model/model.h"
+#include "src/train/shard.h"
+#include "src/train/step.h"
+#include "src/train/trainer.h"
+#include "tests/rank_threads.h"
+#include "tests/train_test_util.h"
+
+namespace dpb {
+namespace {
+
+// n examples of `features` random bytes and random labels (the MLP's input; deterministic).
+Split random_split(int n, int features, uint64_t seed) {
+  Split s;
+  s.n = n, s.rows = 1, s.cols = features;
+  s.images.resize(size_t(n) * size_t(features));
+  s.labels.resize(size_t(n));
+  for (uint8_t& b : s.images) b = uint8_t(splitmix64(seed) >> 56);
+  for (uint8_t& l : s.labels) l = uint8_t(splitmix64(seed) % 10);
+  return s;
+}
+
+// The MLP's data: 3 steps of 50 and a last one of 2 (fewer examples than ranks at k = 3, 4).
+const Dataset& mlp_data() {
+  static const Dataset d = [] {
+    Dataset x;
+    x.dir = "random (test_shard)";
+    x.train = random_split(152, 29, 11);
+    x.test = random_split(20, 29, 12);
+    return x;
+  }();
+  return d;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size() || a.empty()) return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(double(a[i]) - double(b[i]));
+    if (!(d <= worst)) worst = d;  // NaN wins
+  }
+  return worst;
+}
+
+// 3 x 37 on 29 inputs: layers of 1110, 1406, 1406 and 380 floats (odd over 3 and 4 ranks). 0.005
+// MB buckets: about a layer each.
+TrainConfig mlp_config(const std::string& backend, int k, ShardMode shard,
+                       const std::string& optimizer, SyncMode mode, bool overlap) {
+  TrainConfig c = dpb_test::small_train_config(backend, k, "ring", mode, overlap, "mlp");
+  c.model_opts = ModelOptions{3, 37, 29};
+  c.optimizer = optimizer;
+  c.lr = optimizer == "adam" ? 1e-3 : 0.2;
+  c.sync.bucket_mb = 0.005;
+  c.shard = shard;
+  c.epochs = 2;  // the second epoch starts after rank 0's evaluation (sharded: its gathers)
+  return c;
+}
+
+std::string describe(const TrainConfig& c) {
+  return "--shard " + to_string(c.shard) + " --optimizer " + c.optimizer + " --devices " +
+         std::to_string(c.devices) + " --grad-sync " + to_string(c.sync.mode) + " --overlap " +
+         (c.sync.overlap ? "on" : "off") + " --backend " + c.backend + " --model " + c.model;
+}
+
+// The run against ref (the same configuration on 1 device, replicated): final parameters within
+// 1e-5, replicas in sync, the same loss.
+void expect_matches(const TrainConfig& c, const TrainResult& ref, const Dataset& data) {
+  const TrainResult res = train(c, data);
+  const double d = max_abs_diff(res.final_params, ref.final_params);
+  EXPECT_LE(d, 1e-5) << describe(c) << ": max |diff| vs 1 device";
+  ASSERT_EQ(res.epochs.size(), ref.epochs.size()) << describe(c);
+  EXPECT_TRUE(res.epochs.back().replicas_in_sync) << describe(c);
+  EXPECT_NEAR(res.epochs.back().train_loss, ref.epochs.back().train_loss, 1e-4) << describe(c);
+  EXPECT_EQ(res.epochs.back().test_acc, ref.epochs.back().test_acc) << describe(c);
+}
+
+const ShardMode kModes[] = {ShardMode::None, ShardMode::Optimizer, ShardMode::Gradients,
+                            ShardMode::Parameters};
+
+// Every mode x {SGD, Adam} x k = 2, 3, 4, each mode over a covering set of units, overlap and
+// backends (not the full cross product: ~1 s on 2 cores).
+TEST(ShardTrain, EveryModeMatchesOneDevice) {
+  struct Case {
+    int k;
+    const char* opt;
+    SyncMode sync;
+    bool overlap;
+    const char* backend;
+  };
+  const Case cases[] = {
+      {2, "sgd", SyncMode::PerParam, true, "cpu"},  {3, "adam", SyncMode::Bucketed, false, "cpu"},
+      {4, "sgd", SyncMode::Fused, true, "cpu"},     {4, "adam", SyncMode::Bucketed, true, "async"},
+      {3, "sgd", SyncMode::PerParam, false, "async"}, {2, "adam", SyncMode::Fused, true, "async"},
+  };
+  std::map<std::string, TrainResult> refs;
+  for (const char* opt : {"sgd", "adam"}) {
+    refs[opt] = train(mlp_config("cpu", 1, ShardMode::None, opt, SyncMode::Fused, false), mlp_data());
+    const TrainResult again =
+        train(mlp_config("cpu", 1, ShardMode::None, opt, SyncMode::Fused, false), mlp_data());
+    ASSERT_EQ(refs[opt].final_params, again.final_params) << "the reference is deterministic";
+  }
+  const auto init = init_params(model_param_layout("mlp", ModelOptions{3, 37, 29}), 7);
+  EXPECT_GT(max_abs_diff(refs["sgd"].final_params, init), 1e-3) << "training moved nothing";
+  for (ShardMode m : kModes)
+    for (const Case& c : cases)
+      expect_matches(mlp_config(c.backend, c.k, m, c.opt, c.sync, c.overlap), refs[c.opt],
+                     mlp_data());
+}
+
+// A sharded run on 1 device (one chunk: the whole unit) is the replicated run.
+TEST(ShardTrain, OneDeviceShardedIsReplicated) {
+  const TrainResult ref =
+      train(mlp_config("cpu", 1, ShardMode::None, "adam", SyncMode::Bucketed, true), mlp_data());
+  for (ShardMode m : {ShardMode::Optimizer, ShardMode::Gradients, ShardMode::Parameters})
+    expect_matches(mlp_config("cpu", 1, m, "adam", SyncMode::Bucketed, true), ref, mlp_data());
+}
+
+// LeNet (conv layers, 129,068 parameters) on a Fashion-MNIST subset: 2 steps of 50 and one of 10.
+TEST(ShardTrain, LenetMatchesOneDevice) {
+  if (!std::filesystem::exists(resolve_data_dir(""))) GTEST_SKIP() << "Fashion-MNIST not installed";
+  static const Dataset d = load_fashion_mnist(resolve_data_dir(""), 110, 40);
+  auto cfg = [](int k, ShardMode m, const char* opt, SyncMode s, bool ov, const char* be) {
+    TrainConfig c = dpb_test::small_train_config(be, k, "ring", s, ov);
+    c.optimizer = opt;
+    c.lr = std::string(opt) == "adam" ? 1e-3 : 0.2;
+    c.shard = m;
+    return c;
+  };
+  for (const char* opt : {"sgd", "adam"}) {
+    const TrainResult ref = train(cfg(1, ShardMode::None, opt, SyncMode::Fused, false, "cpu"), d);
+    expect_matches(cfg(3, ShardMode::Parameters, opt, SyncMode::Bucketed, true, "cpu"), ref, d);
+    expect_matches(cfg(2, ShardMode::Gradients, opt, SyncMode::PerParam, false, "cpu"), ref, d);
+    expect_matches(cfg(4, ShardMode::Optimizer, opt, SyncMode::Bucketed, true, "cpu"), ref, d);
+  }
+}
+
+// ---- layout ----
+
+void check_layout(const std::string& model, const ModelOptions& o, const GradSyncConfig& cfg, int k) {
+  const std::vector<ParamInfo> params = model_param_layout(model, o);
+  const std::vector<int> layer = param_layers(params);
+  const int np = int(params.size());
+  const std::string what = model + " " + to_string(cfg.mode) + " bucket " +
+                           std::to_string(cfg.bucket_mb) + " MB, k=" + std::to_string(k);
+  std::vector<ShardLayout> L;
+  for (int r = 0; r < k; ++r) L.push_back(make_shard_layout(params, cfg, k, r));
+  const ShardLayout& l0 = L[0];
+  const int U = int(l0.units.size());
+  ASSERT_GE(U, 1) << what;
+  size_t total = 0, largest = 0;
+  for (const ParamInfo& p : params) total += p.size;
+  // Units: whole layers, consecutive, covering every parameter once; their offsets and counts.
+  std::vector<int> seen(size_t(np), 0);
+  for (int u = 0; u < U; ++u) {
+    const Unit& unit = l0.units[u];
+    ASSERT_LE(unit.first_param, unit.last_param) << what;
+    EXPECT_TRUE(unit.first_param == 0 || layer[unit.first_param - 1] != layer[unit.first_param])
+        << what << ": unit " << u << " starts inside a layer at parameter " << unit.first_param;
+    EXPECT_TRUE(unit.last_param == np - 1 || layer[unit.last_param + 1] != layer[unit.last_param])
+        << what << ": unit " << u << " ends inside a layer at parameter " << unit.last_param;
+    EXPECT_EQ(unit.offset, params[unit.first_param].offset) << what;
+    size_t count = 0;
+    for (int p = unit.first_param; p <= unit.last_param; ++p) {
+      ++seen[p];
+      count += params[p].size;
+      EXPECT_EQ(l0.unit_of_param[p], u) << what;
+      EXPECT_EQ(l0.param_offset[p], params[p].offset) << what;
+    }
+    EXPECT_EQ(unit.count, count) << what << ": unit " << u;
+    largest = std::max(largest, count);
+  }
+  for (int p = 0; p < np; ++p) EXPECT_EQ(seen[p], 1) << what << ": parameter " << p;
+  EXPECT_EQ(l0.total, total) << what;
+  EXPECT_EQ(l0.largest_unit, largest) << what;
+  // forward_order: a permutation of the units, by first parameter.
+  ASSERT_EQ(int(l0.forward_order.size()), U) << what;
+  for (int j = 0; j < U; ++j) {
+    EXPECT_EQ(std::count(l0.forward_order.begin(), l0.forward_order.end(), j), 1) << what;
+    if (j > 0)
+      EXPECT_LT(l0.units[l0.forward_order[j - 1]].first_param, l0.units[l0.forward_order[j]].first_param)
+          << what;
+  }
+  // Chunks: the k ranks' chunks of a unit tile it in rank order; sizes within one; the compact
+  // shard is the chunks one after the other.
+  for (int r = 0; r < k; ++r) {
+    const ShardLayout& l = L[r];
+    EXPECT_EQ(l.k, k);
+    EXPECT_EQ(l.rank, r);
+    ASSERT_EQ(int(l.units.size()), U) << what << " rank " << r;
+    size_t compact = 0;
+    for (int u = 0; u < U; ++u) {
+      EXPECT_EQ(l.units[u].offset, l0.units[u].offset) << what << " rank " << r;
+      EXPECT_EQ(l.units[u].count, l0.units[u].count) << what << " rank " << r;
+      EXPECT_EQ(l.compact[u], compact) << what << " rank " << r << " unit " << u;
+      compact += l.own_size[u];
+    }
+    EXPECT_EQ(l.shard_floats, compact) << what << " rank " << r;
+  }
+  for (int u = 0; u < U; ++u) {
+    size_t at = l0.units[u].offset, lo = SIZE_MAX, hi = 0;
+    for (int r = 0; r < k; ++r) {
+      EXPECT_EQ(L[r].own_begin[u], at) << what << ": unit " << u << " rank " << r;
+      at += L[r].own_size[u];
+      lo = std::min(lo, L[r].own_size[u]);
+      hi = std::max(hi, L[r].own_size[u]);
+    }
+    EXPECT_EQ(at, l0.units[u].offset + l0.units[u].count) << what << ": unit " << u;
+    EXPECT_LE(hi - lo, 1u) << what << ": unit " << u;
+  }
+}
+
+TEST(ShardLayout, WholeLayersChunksCoverEveryUnitOnce) {
+  struct M {
+    const char* name;
+    ModelOptions o;
+  };
+  const M models[] = {{"mlp", ModelOptions{3, 37, 29}}, {"lenet", ModelOptions{}},
+                      {"resnet18", ModelOptions{}}};
+  for (const M& m : models)
+    for (SyncMode s : {SyncMode::PerParam, SyncMode::Fused, SyncMode::Bucketed})
+      for (double mb : {0.005, 0.5})
+        for (int k = 1; k <= 5; ++k) {
+          GradSyncConfig cfg;
+          cfg.mode = s;
+          cfg.bucket_mb = mb;
+          check_layout(m.name, m.o, cfg, k);
+        }
+  // The counts the tests below rely on: per-param has a unit per layer, fused one, and the
+  // MLP's layers are uneven over 3 and 4 ranks.
+  const auto mlp = model_param_layout("mlp", ModelOptions{3, 37, 29});
+  GradSyncConfig per;
+  per.mode = SyncMode::PerParam;
+  const ShardLayout l = make_shard_layout(mlp, per, 4, 3);
+  ASSERT_EQ(l.units.size(), 4u);
+  EXPECT_EQ(l.total, 1110u + 1406u + 1406u + 380u);
+  GradSyncConfig fused;
+  fused.mode = SyncMode::Fused;
+  EXPECT_EQ(make_shard_layout(mlp, fused, 3, 0).units.size(), 1u);
+  EXPECT_THROW(make_shard_layout(mlp, per, 2, 2), Error);
+}
+
+// ---- the order check ----
+
+// A model that asks for parameters out of the table's order is refused, naming the parameter:
+// forward skipping a unit, backward starting at the first unit. (One rank: the step gathers
+// nothing from peers, but checks the order the same way.)
+TEST(ShardOrder, OutOfOrderParameterIsRefused) {
+  RankSet ranks(make_devices("cpu", 1, 1), "ring");
+  ranks.add_shard_collectives();
+  GradSyncConfig per;
+  per.mode = SyncMode::PerParam;
+  Replica rep = make_replica(ranks[0], *ranks.group, "mlp", ModelOptions{3, 37, 29}, 4, per,
+                             *ranks.allreduce, "sgd", "xent", ShardMode::Parameters,
+                             ranks.reducescatter.get(), ranks.allgather.get());
+  load_params(rep, init_params(rep.model->params(), 7));
+  ShardedStep& s = *rep.shard;
+  const int last = int(rep.model->params().size()) - 1;  // the output layer's bias
+  auto expect_refused = [](const std::function<void()>& fn, const std::string& param) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error for parameter " << param << " out of order";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("parameter " + param + " out of order"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("--shard parameters"), std::string::npos) << msg;
+    }
+  };
+  s.begin_forward();
+  EXPECT_NE(s.param(0), nullptr);  // layer 0's weight: the first unit
+  EXPECT_NE(s.param(1), nullptr);  // its bias, same unit
+  expect_refused([&] { s.param(4); }, "4");  // layer 2: skips layer 1
+  s.begin_backward();
+  expect_refused([&] { s.param(0); }, "0");  // backward starts at the output layer
+  s.begin_backward();
+  EXPECT_NE(s.param(last), nullptr);  // in order: fine
+}
+
+// ---- a rank failing mid-step ----
+
+// Rank 1's device: its third dense_backward of the run throws (two units' gradients already
+// handed to their reduce-scatters, a gather prefetched), while its communication thread is slowed
+// (comm_wait_mark) so that jobs are in flight when it fails.
+class FailsInDenseBackward final : public ForwardingDevice {
+ public:
+  using ForwardingDevice::ForwardingDevice;
+  void dense_backward(int n, int in, int out, const float* x, const float* w, const float* dy,
+                      float* dx, float* dw, float* db) override {
+    if (++calls_ == 3) throw Error("injected dense_backward failure on rank 1");
+    in_->dense_backward(n, in, out, x, w, dy, dx, dw, db);
+  }
+  void comm_wait_mark(int token) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    in_->comm_wait_mark(token);
+  }
+
+ private:
+  int calls_ = 0;
+};
+
+TEST(ShardFailure, FailedRankStopsEveryRankInParametersWithOverlap) {
+  for (int k : {2, 3}) {
+    const TrainConfig c = mlp_config("cpu", k, ShardMode::Parameters, "adam", SyncMode::PerParam, true);
+    const DeviceFactory failing = [](int r, int threads) -> std::unique_ptr<Device> {
+      auto d = make_device("cpu", r, DeviceOptions{threads});
+      if (r == 1) return std::make_unique<FailsInDenseBackward>(std::move(d));
+      return d;
+    };
+    auto run = std::async(std::launch::async, [&] {
+      try {
+        train(c, mlp_data(), {}, failing);
+        return std::string("train() did not throw");
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+    });
+    if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      std::fprintf(stderr, "ShardFailure: k=%d: train() still running after 60 s: a rank hangs\n", k);
+      std::_Exit(1);  // a hung rank cannot be joined: fail now rather than at ctest's timeout
+    }
+    const std::string msg = run.get();
+    EXPECT_NE(msg.find("injected dense_backward failure on rank 1"), std::string::npos)
+        << "k=" << k << ": " << msg;  // the cause, not one of the aborts it provoked
+  }
+  // Nothing is left behind: the next run works.
+  const TrainConfig ok = mlp_config("cpu", 2, ShardMode::Parameters, "sgd", SyncMode::PerParam, true);
+  EXPECT_TRUE(train(ok, mlp_data()).epochs.at(1).replicas_in_sync);
+}
+
+}  // namespace
+}  // namespace dpb
