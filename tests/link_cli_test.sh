@@ -2,8 +2,9 @@
 # link_cli_test.sh BUILD_DIR: the emulated link and the projection on the command line: bad
 # values refused naming the option; `dpbench project` prints one JSON object, writes a profile
 # and reads it back; it profiles the --optimizer/--loss table entries and records them (a profile
-# is refused for another optimizer or loss); an emulated-link training run records its link in the
-# CSV and names the devices with it.
+# is refused for another optimizer or loss); --shard projects every mode (refused without the
+# collectives' cost models); an emulated-link training run records its link in the CSV and names
+# the devices with it.
 set -u
 BIN="$1/dpbench"
 fails=0
@@ -59,6 +60,26 @@ expect_fail "profiles --optimizer adam --loss mse, not --optimizer sgd --loss xe
   project "${MLP[@]}" --profile "$tmp/adam.json"
 expect_fail "--optimizer" project "${MLP[@]}" --optimizer lion
 expect_fail "--loss" project "${MLP[@]}" --loss hinge
+# --shard: each mode projected from the same profile (its per-layer ask times recorded); the
+# collectives it needs must have a cost model (auto has no reduce-scatter).
+for m in none optimizer gradients parameters; do
+  "$BIN" project "${MLP[@]}" --optimizer adam --loss mse --devices 4 --profile "$tmp/adam.json" \
+      --shard $m --grad-sync per-param --link-gbps 1 >"$tmp/shard-$m.json" || fail "project --shard $m"
+done
+/usr/bin/env python3 - "$tmp" <<'PY' || fail "project --shard outputs"
+import json, sys
+p = json.load(open(sys.argv[1] + "/adam.json"))
+assert all("fwd_at_s" in q for q in p["params"]), p["params"]
+r = {m: json.load(open(f"{sys.argv[1]}/shard-{m}.json"))
+     for m in ("none", "optimizer", "gradients", "parameters")}
+assert all(r[m]["shard"] == m for m in r), r
+# 5 layers, one unit each: ZeRO-1 adds 5 gathers to the 10 all-reduces, ZeRO-2 5 reduce-scatters
+# and 5 gathers, ZeRO-3 5 + 3 gathers and 5 reduce-scatters.
+assert [r[m]["calls_per_step"] for m in r] == [10, 15, 10, 13], r
+assert r["parameters"]["comm_s"] > r["gradients"]["comm_s"] > 0, r
+PY
+expect_fail "--shard gradients: runs reduce-scatter" project "${MLP[@]}" --shard gradients --allreduce auto
+expect_fail "--shard" project "${MLP[@]}" --shard everything
 # Fashion-MNIST (the default --data): the MLP takes the 784 pixels, as `dpbench train` builds it.
 "$BIN" project --model mlp --mlp-layers 2 --mlp-hidden 16 --devices 1 --batch 8 --train-limit 16 \
     --profile-steps 1 --profile-out "$tmp/mlp784.json" >/dev/null 2>&1 || fail "project mlp"

@@ -1,13 +1,16 @@
 // test_projection.cpp: the projection model (src/train/projection.h) on hand-made profiles whose
 // timelines can be worked out on paper; the profile's JSON round trip and its errors; a measured
 // profile has every parameter ready inside backward; the profiled step is the trainer's, through
-// the optimizer and loss tables (Adam's update shows in optimizer_s).
+// the optimizer and loss tables (Adam's update shows in optimizer_s); the sharded modes' timelines
+// (--shard) against their arithmetic: compute plus every collective without overlap, ZeRO-1 as
+// the replicated step plus its gathers, ZeRO-2's buckets and ZeRO-3's prefetch worked by hand.
 // Run: ./dpb_tests --gtest_filter='Projection*'
 #include <gtest/gtest.h>
 
 #include "src/core/check.h"
 #include "src/model/model.h"
 #include "src/train/projection.h"
+#include "src/train/shard.h"
 
 namespace dpb {
 namespace {
@@ -158,6 +161,154 @@ TEST(Projection, ProfileJsonRecordsOptimizerAndLoss) {
 // root and a division per parameter) takes clearly longer than SGD (read w, g; write w) on a
 // model whose update is not lost in the timer's noise (~0.8 M parameters). Medians of 5 steps,
 // three tries (the machine may be shared).
+// fake_lenet with the per-layer compute the sharded modes need: forward asks for layer l (conv1,
+// conv2, fc1, fc2) at 0.25 l s, backward for it at 0.5 (3 - l) s; each layer's gradients are
+// ready at the end of its backward (fake_lenet's ready times: 0.5 s per layer).
+StepProfile fake_lenet_layers() {
+  StepProfile p = fake_lenet();
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const int layer = int(i) / 2;  // weight and bias of each of the 4 layers
+    p.params[i].fwd_at_s = 0.25 * layer;
+    p.params[i].bwd_at_s = 0.5 * (3 - layer);
+  }
+  return p;
+}
+
+// A per-layer LeNet on 2 devices at the profile's batch, on a latency-only link: every
+// reduce-scatter and all-gather of ring costs (k-1) L = L, whatever its size.
+ProjectConfig sharded_cfg(ShardMode mode, bool overlap, double latency_s) {
+  ProjectConfig cfg;
+  cfg.devices = 2;
+  cfg.batch = 200;
+  cfg.train_examples = 200;  // one step
+  cfg.sync.mode = SyncMode::PerParam;  // one unit per layer in the sharded modes
+  cfg.sync.overlap = overlap;
+  cfg.link = LinkSpec{0, latency_s * 1e6};
+  cfg.shard = mode;
+  return cfg;
+}
+
+// The update runs on rank 0's shard: its share of the parameters.
+double shard_share(const ProjectConfig& cfg) {
+  const ShardLayout L = make_shard_layout(model_param_layout("lenet", ModelOptions{}), cfg.sync,
+                                          cfg.devices, 0);
+  return double(L.shard_floats) / double(L.total);
+}
+
+// Overlap off: every collective inline, so the step is the compute (the update on the shard) plus
+// the sum of the mode's collectives' link costs, and the calls are ShardedStep::traffic's.
+TEST(Projection, ShardedWithoutOverlapAddsEveryCollective) {
+  const StepProfile prof = fake_lenet_layers();
+  const auto layout = model_param_layout("lenet", ModelOptions{});
+  for (ShardMode mode : {ShardMode::Optimizer, ShardMode::Gradients, ShardMode::Parameters}) {
+    ProjectConfig cfg = sharded_cfg(mode, false, 0);
+    cfg.link = LinkSpec{0.008, 1000};  // 1 MB/s, 1 ms: sizes count
+    const int k = cfg.devices;
+    const ShardLayout L = make_shard_layout(layout, cfg.sync, k, 0);
+    const ShardTraffic tr = ShardedStep::traffic(mode, L);
+    // ring: reduce-scatter and all-gather (k-1) (L + n/(kG)) each; the all-reduce twice that.
+    auto half = [&](size_t floats) { return (k - 1) * (1e-3 + double(floats) * 4 / k / 1e6); };
+    double comm = 0;
+    long calls = tr.reducescatter_calls + tr.allgather_calls;
+    for (const Unit& u : L.units) {
+      if (mode == ShardMode::Optimizer) comm += half(u.count);  // the all-gather after the update
+      else comm += 2 * half(u.count);  // reduce-scatter + all-gather (forward's, or after update)
+    }
+    if (mode == ShardMode::Optimizer) {  // GradSync's all-reduce, per parameter
+      for (const ParamTiming& q : prof.params) comm += 2 * half(q.floats);
+      calls += long(prof.params.size());
+    }
+    if (mode == ShardMode::Parameters)  // backward gathers all but forward's last two units
+      for (size_t j = 0; j + 2 < L.forward_order.size(); ++j)
+        comm += half(L.units[L.forward_order[j]].count);
+    const Projection p = project(prof, cfg);
+    SCOPED_TRACE(to_string(mode));
+    EXPECT_EQ(p.shard_units, 4);
+    EXPECT_EQ(p.calls, calls);
+    EXPECT_NEAR(p.comm_s, comm, 1e-9);
+    EXPECT_NEAR(p.exposed_comm_s, comm, 1e-9);
+    EXPECT_NEAR(p.step_s, 0.1 + 1 + 2 + 0.5 * shard_share(cfg) + comm, 1e-9);
+    EXPECT_NEAR(p.compute_s, p.step_s - 0.1 - comm, 1e-9);
+  }
+}
+
+// ZeRO-1 is the replicated step with the update on the shard and the all-gathers after it.
+TEST(Projection, ZeroOneIsTheReplicatedStepPlusTheGathers) {
+  const StepProfile prof = fake_lenet_layers();
+  for (bool overlap : {false, true}) {
+    ProjectConfig cfg = sharded_cfg(ShardMode::None, overlap, 0.1);
+    const Projection none = project(prof, cfg);
+    cfg.shard = ShardMode::Optimizer;
+    const Projection zero1 = project(prof, cfg);
+    EXPECT_NEAR(zero1.step_s, none.step_s - 0.5 + 0.5 * shard_share(cfg) + 4 * 0.1, 1e-9);
+    EXPECT_NEAR(zero1.exposed_comm_s, none.exposed_comm_s + 4 * 0.1, 1e-9);
+  }
+}
+
+// Overlap on, worked by hand on the timeline (forward: 4 layers of 0.25 s; backward: 4 of 0.5 s,
+// each layer's gradients ready at its end; data 0.1 s).
+TEST(Projection, ZeroTwoBackwardWaitsForItsGradientBuckets) {
+  const StepProfile prof = fake_lenet_layers();
+  const ProjectConfig cfg = sharded_cfg(ShardMode::Gradients, true, 0.8);
+  // Backward from 1.1 s; reduce-scatters (0.8 s each, one queue) 1.6-2.4, 2.4-3.2, 3.2-4.0,
+  // 4.0-4.8; the third layer waits for the first's bucket (2.1 -> 2.4), the fourth for the
+  // second's (2.9 -> 3.2); backward's end waits for the last (3.7 -> 4.8); then the update and
+  // four all-gathers, exposed (3.2 s).
+  const Projection p = project(prof, cfg);
+  EXPECT_NEAR(p.comm_s, 8 * 0.8, 1e-9);
+  EXPECT_NEAR(p.exposed_comm_s, 0.3 + 0.3 + 1.1 + 3.2, 1e-9);
+  EXPECT_NEAR(p.step_s, 4.8 + 0.5 * shard_share(cfg) + 3.2, 1e-9);
+}
+
+TEST(Projection, ZeroThreePrefetchesOneUnitAhead) {
+  const StepProfile prof = fake_lenet_layers();
+  const ProjectConfig cfg = sharded_cfg(ShardMode::Parameters, true, 0.4);
+  // Forward from 0.1 s: gather 0 0.1-0.5 (waited), gather 1 0.5-0.9 submitted as layer 0 starts,
+  // layer 0 0.5-0.75, waits 0.15 for each of gathers 1-3 (0.9-1.3, 1.3-1.7): forward ends 1.95.
+  // Backward: fc2 1.95-2.45, its reduce-scatter 2.45-2.85; fc1 (resident) 2.45-2.95 with conv2's
+  // gather submitted at its start (queued: 2.85-3.25), fc1's reduce-scatter 3.25-3.65; conv2
+  // waits for its gather (2.95 -> 3.25), submits conv1's (3.65-4.05), runs to 3.75, its
+  // reduce-scatter 4.05-4.45; conv1 waits (3.75 -> 4.05), runs to 4.55, reduce-scatter 4.55-4.95,
+  // waited. 10 collectives.
+  const Projection p = project(prof, cfg);
+  EXPECT_EQ(p.calls, 10);
+  EXPECT_NEAR(p.comm_s, 10 * 0.4, 1e-9);
+  EXPECT_NEAR(p.exposed_comm_s, 0.4 + 3 * 0.15 + 0.3 + 0.3 + 0.4, 1e-9);
+  EXPECT_NEAR(p.step_s, 4.95 + 0.5 * shard_share(cfg), 1e-9);
+  // A fast link hides every gather but the first.
+  EXPECT_NEAR(project(prof, sharded_cfg(ShardMode::Parameters, true, 0.01)).exposed_comm_s,
+              0.01 + 0.01, 1e-9);  // forward's first gather, backward's last reduce-scatter
+}
+
+// An older profile (no fwd_at_s / bwd_at_s): backward's units from its gradient-ready times,
+// forward split like backward; still compute + the collectives without overlap.
+TEST(Projection, ShardedFromAnOlderProfile) {
+  const StepProfile prof = fake_lenet();
+  const ProjectConfig cfg = sharded_cfg(ShardMode::Parameters, false, 0.1);
+  const Projection p = project(prof, cfg);
+  EXPECT_NEAR(p.step_s, 0.1 + 1 + 2 + 0.5 * shard_share(cfg) + 10 * 0.1, 1e-9);
+  EXPECT_NEAR(project(fake_lenet_layers(), sharded_cfg(ShardMode::Parameters, true, 0.4)).step_s,
+              project(prof, sharded_cfg(ShardMode::Parameters, true, 0.4)).step_s, 1e-9);
+  auto j = profile_to_json(fake_lenet_layers());
+  EXPECT_DOUBLE_EQ(profile_from_json(j, "p.json").params[2].fwd_at_s, 0.25);
+  j["params"][2]["bwd_at_s"] = -1;
+  EXPECT_THROW(profile_from_json(j, "p.json"), Error);
+}
+
+TEST(Projection, ShardedNeedsTheCollectivesCostModels) {
+  ProjectConfig cfg = sharded_cfg(ShardMode::Gradients, true, 0.1);
+  cfg.allreduce = "auto";  // no reduce-scatter of that name
+  try {
+    project(fake_lenet_layers(), cfg);
+    FAIL() << "--shard gradients with --allreduce auto was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--shard gradients: runs reduce-scatter"),
+              std::string::npos) << e.what();
+  }
+  cfg.allreduce = "mpi";  // a library's collective: no link cost
+  EXPECT_THROW(project(fake_lenet_layers(), cfg), Error);
+}
+
 TEST(Projection, MeasuredProfileTimesTheTablesOptimizer) {
   ModelOptions mo;
   mo.mlp_layers = 4;
@@ -192,6 +343,16 @@ TEST(Projection, MeasuredProfileHasEveryGradientInsideBackward) {
   }
   EXPECT_GT(p.forward_s, 0.0);
   EXPECT_GE(p.params.front().ready_s, p.params.back().ready_s);  // backward runs in reverse
+  // When forward and backward first asked for each layer: in order, inside the phase.
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const auto& q = p.params[i];
+    EXPECT_GE(q.fwd_at_s, 0.0) << q.name;  // forward uses every parameter
+    EXPECT_LE(q.fwd_at_s, p.forward_s) << q.name;
+    EXPECT_LE(q.bwd_at_s, p.backward_s) << q.name;
+    if (i % 2 == 0) EXPECT_GE(q.bwd_at_s, 0.0) << q.name;  // every weight (biases need not be)
+  }
+  EXPECT_LE(p.params[0].fwd_at_s, p.params[6].fwd_at_s);  // conv1 before fc2
+  EXPECT_GE(p.params[0].bwd_at_s, p.params[6].bwd_at_s);  // and after it in backward
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // --profile-out, e.g. on a GPU machine). The profiled step is the trainer's (the --optimizer and
 // --loss table entries, the model of --model/--mlp-*/--data).
 //   dpbench project --model resnet18 --devices 4 --grad-sync bucketed --overlap on
-//                   --link-gbps 100 --link-latency-us 5
+//                   --link-gbps 100 --link-latency-us 5 [--shard parameters]
 #include "src/cli/project_cmd.h"
 
 #include <algorithm>
@@ -26,7 +26,9 @@ CLI::App* add_project_command(CLI::App& app, ProjectArgs& a) {
       "Prints {epoch_s, compute_s, comm_s, exposed_comm_s, ...}. The profile (forward, each "
       "parameter's gradient-ready time, optimizer) is measured on the fly with the math threads "
       "per rank that `dpbench train` would use, or read with --profile. All-reduce cost: "
-      "alpha-beta per algorithm, e.g. ring 2(k-1)(L + n/(kG)); see collectives/link.h.\n"
+      "alpha-beta per algorithm, e.g. ring 2(k-1)(L + n/(kG)); see collectives/link.h. --shard: "
+      "the mode's reduce-scatters and all-gathers (ring: (k-1)(L + n/(kG)) each) scheduled as "
+      "`dpbench train --shard` runs them (src/train/projection.h).\n"
       "Environment:\n" + run_env_help());
   // The run options `dpbench train` takes, with its names, limits and help; --backend is the
   // device the profile is measured on, --train-limit the training examples per epoch (0: all).
@@ -36,7 +38,7 @@ CLI::App* add_project_command(CLI::App& app, ProjectArgs& a) {
                                "optimizer", "loss", "backend",
                                "devices", "batch", "allreduce", "tune-file", "grad-sync",
                                "overlap", "bucket-mb", "link-gbps", "link-latency-us",
-                               "train-limit", "threads"});
+                               "train-limit", "threads", "shard"});
   p->add_option("--cores", a.cores,
                 "CPU profiles: cores the ranks share (-1: this machine's; 0: a device per rank)")
       ->check(CLI::Range(-1, 1 << 20))->capture_default_str();
@@ -64,11 +66,13 @@ int run_project(ProjectArgs& a) {
   cfg.tune_file = run.tune_file;
   cfg.sync = run.sync;
   cfg.link = run.link;
+  cfg.shard = run.shard;
   DPB_CHECK(cfg.batch >= cfg.devices, "--batch: the global batch (" << cfg.batch
                                           << ") is smaller than the device count (" << cfg.devices
                                           << ")");
-  // Refuses an algorithm without a cost model, and a bad tuning file, before measuring.
-  allreduce_link_cost(cfg.allreduce, 4, 2, cfg.link, backend.kind, cfg.tune_file);
+  // Refuses an algorithm without a cost model (--shard: its reduce-scatter and all-gather too),
+  // and a bad tuning file, before measuring.
+  check_cost_models(cfg, backend.kind);
   const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
   cfg.cores = a.cores < 0 ? hw : a.cores;
   const std::string& model = run.model;

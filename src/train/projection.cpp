@@ -11,6 +11,7 @@
 #include <functional>
 #include <thread>
 
+#include "collectives/registry.h"
 #include "kernels/backends.h"
 #include "src/core/check.h"
 #include "src/core/registry.h"
@@ -47,8 +48,36 @@ struct RawSteps {
   std::string device;
   std::vector<double> data, fwd, bwd, opt;
   std::vector<std::vector<double>> ready;  // [step][param]
+  std::vector<std::vector<double>> fwd_at, bwd_at;  // [step][param]: first asked, since the phase's start
   std::vector<std::string> names;
   std::vector<size_t> sizes;
+};
+
+// The model's view of the replica's parameters, taking the time the model first asks for each
+// parameter in a phase (it asks right before issuing the op that uses it: model.h), on a
+// synchronized device (CUDA: the ops before it are done).
+class ClockedParams final : public ParamSource {
+ public:
+  ClockedParams(ParamSource& inner, Device& dev, size_t n) : inner_(inner), dev_(dev), at_(n) {}
+  void start() {
+    std::fill(at_.begin(), at_.end(), -1.0);
+    t0_ = Clock::now();
+  }
+  const float* param(int i) override {
+    if (at_[size_t(i)] < 0) {
+      dev_.synchronize();
+      at_[size_t(i)] = since(t0_);
+    }
+    return inner_.param(i);
+  }
+  float* grad(int i) override { return inner_.grad(i); }
+  const std::vector<double>& at() const { return at_; }
+
+ private:
+  ParamSource& inner_;
+  Device& dev_;
+  std::vector<double> at_;
+  Clock::time_point t0_;
 };
 
 // Rank r's replica's steps, made of the trainer's own step functions (src/train/step.h), without
@@ -70,24 +99,33 @@ RawSteps measure_one(Replica& rep, int batch, int steps, const std::function<voi
     out.names.push_back(q.name);
     out.sizes.push_back(q.size);
   }
+  ClockedParams clocked(rep.params(), dev, size_t(np));
   for (int step = 0; step <= steps; ++step) {  // step 0: warm-up, not recorded
     step_start();
     auto t = Clock::now();
     load_batch(rep, img.data(), lab.data(), batch);
     dev.synchronize();
     const double d = since(t);
+    // step_forward's and step_backward's (reduce = false) bodies, with the model reading its
+    // parameters through `clocked` (the replica's own view, timed) instead of rep.params().
+    clocked.start();
     t = Clock::now();
-    step_forward(rep, batch, 1.0f / float(batch));
+    const float* logits = rep.model->forward(clocked, rep.x.get(), batch, true);
+    rep.loss->apply(dev, batch, kClasses, logits, rep.y.get(), 1.0f / float(batch),
+                    rep.dlogits.get(), rep.stats.get());
     dev.synchronize();
     const double f = since(t);
+    std::vector<double> fa = clocked.at();
     std::vector<double> r(np, -1.0);
+    clocked.start();
     t = Clock::now();
-    step_backward(rep, batch, /*reduce=*/false, [&](int i) {
+    rep.model->backward(clocked, rep.dlogits.get(), batch, [&](int i) {
       dev.synchronize();  // CUDA: the gradient is final when the stream gets here
       r[i] = since(t);
     });
     dev.synchronize();
     const double b = since(t);
+    std::vector<double> ba = clocked.at();
     t = Clock::now();
     step_update(rep, 1e-4f);
     dev.synchronize();
@@ -100,6 +138,8 @@ RawSteps measure_one(Replica& rep, int batch, int steps, const std::function<voi
     out.bwd.push_back(b);
     out.opt.push_back(o);
     out.ready.push_back(std::move(r));
+    out.fwd_at.push_back(std::move(fa));
+    out.bwd_at.push_back(std::move(ba));
   }
   return out;
 }
@@ -111,22 +151,32 @@ StepProfile combine(const std::vector<RawSteps>& reps) {
   const RawSteps& r0 = reps[0];
   const size_t steps = r0.data.size(), np = r0.names.size();
   std::vector<double> data, fwd, bwd, opt;
-  std::vector<std::vector<double>> ready(np);
+  std::vector<std::vector<double>> ready(np), fwd_at(np), bwd_at(np);
   for (size_t s = 0; s < steps; ++s) {
     double D = 0, F = 0, E = 0, O = 0;
-    std::vector<double> B(np, 0.0);
+    // FA, BA: -1 where the phase never asked for the parameter (backward needs no bias).
+    std::vector<double> B(np, 0.0), FA(np, 0.0), BA(np, 0.0);
     for (const RawSteps& r : reps) {
       D = std::max(D, r.data[s]);
       F = std::max(F, r.data[s] + r.fwd[s]);
       E = std::max(E, r.data[s] + r.fwd[s] + r.bwd[s]);
       O = std::max(O, r.opt[s]);
-      for (size_t i = 0; i < np; ++i) B[i] = std::max(B[i], r.data[s] + r.fwd[s] + r.ready[s][i]);
+      for (size_t i = 0; i < np; ++i) {
+        B[i] = std::max(B[i], r.data[s] + r.fwd[s] + r.ready[s][i]);
+        FA[i] = FA[i] < 0 || r.fwd_at[s][i] < 0 ? -1.0 : std::max(FA[i], r.data[s] + r.fwd_at[s][i]);
+        BA[i] = BA[i] < 0 || r.bwd_at[s][i] < 0 ? -1.0
+                                                 : std::max(BA[i], r.data[s] + r.fwd[s] + r.bwd_at[s][i]);
+      }
     }
     data.push_back(D);
     fwd.push_back(F - D);
     bwd.push_back(E - F);
     opt.push_back(O);
-    for (size_t i = 0; i < np; ++i) ready[i].push_back(B[i] - F);
+    for (size_t i = 0; i < np; ++i) {
+      ready[i].push_back(B[i] - F);
+      fwd_at[i].push_back(FA[i] < 0 ? -1.0 : std::max(0.0, FA[i] - D));
+      bwd_at[i].push_back(BA[i] < 0 ? -1.0 : std::max(0.0, BA[i] - F));
+    }
   }
   StepProfile p;
   p.device = r0.device;
@@ -134,7 +184,9 @@ StepProfile combine(const std::vector<RawSteps>& reps) {
   p.forward_s = median(fwd);
   p.backward_s = median(bwd);
   p.optimizer_s = median(opt);
-  for (size_t i = 0; i < np; ++i) p.params.push_back({r0.names[i], r0.sizes[i], median(ready[i])});
+  for (size_t i = 0; i < np; ++i)
+    p.params.push_back({r0.names[i], r0.sizes[i], median(ready[i]), median(fwd_at[i]),
+                        median(bwd_at[i])});
   return p;
 }
 
@@ -198,8 +250,12 @@ StepProfile measure_profile(const std::string& model, const ModelOptions& opts,
 
 nlohmann::json profile_to_json(const StepProfile& p) {
   nlohmann::json params = nlohmann::json::array();
-  for (const auto& q : p.params)
-    params.push_back({{"name", q.name}, {"floats", q.floats}, {"ready_s", q.ready_s}});
+  for (const auto& q : p.params) {
+    nlohmann::json e = {{"name", q.name}, {"floats", q.floats}, {"ready_s", q.ready_s}};
+    if (q.fwd_at_s >= 0) e["fwd_at_s"] = q.fwd_at_s;  // absent: not asked in that phase
+    if (q.bwd_at_s >= 0) e["bwd_at_s"] = q.bwd_at_s;
+    params.push_back(std::move(e));
+  }
   const nlohmann::json mo = {{"mlp_layers", p.model_opts.mlp_layers},
                              {"mlp_hidden", p.model_opts.mlp_hidden},
                              {"mlp_input", p.model_opts.mlp_input}};
@@ -276,7 +332,14 @@ StepProfile profile_from_json(const nlohmann::json& j, const std::string& source
                   q["floats"].is_number_integer() && q["floats"].get<long long>() >= 0 &&
                   q["ready_s"].is_number(),
               source << ": every entry of \"params\" needs \"floats\" (count) and \"ready_s\"");
-    p.params.push_back({q.value("name", ""), q["floats"].get<size_t>(), q["ready_s"].get<double>()});
+    auto at = [&](const char* key) {  // optional: older profiles, or not asked in that phase
+      if (!q.contains(key)) return -1.0;
+      DPB_CHECK(q[key].is_number() && q[key].get<double>() >= 0,
+                source << ": \"params\" entry's \"" << key << "\" must be a number >= 0");
+      return q[key].get<double>();
+    };
+    p.params.push_back({q.value("name", ""), q["floats"].get<size_t>(), q["ready_s"].get<double>(),
+                        at("fwd_at_s"), at("bwd_at_s")});
   }
   const auto layout = model_param_layout(p.model, p.model_opts);
   DPB_CHECK(layout.size() == p.params.size(),
@@ -291,33 +354,216 @@ StepProfile profile_from_json(const nlohmann::json& j, const std::string& source
 
 namespace {
 
+// How each mode communicates (ShardedStep, src/train/shard.h), as the step's timeline reads it:
+// a mode differs from the others by its row here, and project_step is written once over them.
+struct ModeComm {
+  ShardMode mode;
+  bool allreduce;       // GradSync's all-reduce of the gradients, over its plan's units
+  bool reduce_scatter;  // each layout unit reduce-scattered once backward made its gradients
+  bool gather_on_use;   // units all-gathered before forward and backward use them (prefetch 1)
+  bool gather_after;    // every unit all-gathered after the update (exposed)
+  bool shard_update;    // the optimizer on this rank's shard of the parameters
+};
+constexpr ModeComm kModeComm[] = {
+    {ShardMode::None, true, false, false, false, false},
+    {ShardMode::Optimizer, true, false, false, true, true},
+    {ShardMode::Gradients, false, true, false, true, true},
+    {ShardMode::Parameters, false, true, true, false, true},
+};
+
+const ModeComm& mode_comm(ShardMode m) {
+  for (const ModeComm& c : kModeComm)
+    if (c.mode == m) return c;
+  DPB_CHECK(false, "dpbench project: --shard " << to_string(m) << " has no row in kModeComm");
+}
+
+// Seconds for one call of collective c over `floats` floats (reduce-scatter, all-gather: the
+// whole buffer) by cfg's algorithm's entry in c's table.
+double collective_cost(Collective c, const ProjectConfig& cfg, BackendKind kind, double floats) {
+  const double bytes = floats * sizeof(float);
+  if (c == Collective::AllReduce)
+    return allreduce_link_cost(cfg.allreduce, bytes, cfg.devices, cfg.link, kind, cfg.tune_file);
+  return find_collective(c, cfg.allreduce)
+      .link_cost(LinkCostQuery{bytes, cfg.devices, cfg.link, kind, cfg.tune_file});
+}
+
+// What the step's timeline takes from the profile and the layout, in unscaled seconds.
+struct StepPlan {
+  std::vector<Unit> ar_units;  // GradSync's plan (all-reduce modes)
+  ShardLayout layout;          // rank 0's (its shard is the largest: chunk 0 of every unit)
+  std::vector<int> fwd, bwd;   // the layout's units in forward's and backward's order
+  // Per position in fwd / bwd: the unit's compute starts (since the phase's start; the next
+  // position's start, or the phase's end, ends it) and, backward, its last gradient's ready time.
+  std::vector<double> fstart, bstart, ready;
+};
+
+StepPlan make_plan(const StepProfile& prof, const ProjectConfig& cfg) {
+  StepPlan s;
+  std::vector<size_t> sizes;
+  for (const auto& q : prof.params) sizes.push_back(q.floats);
+  s.ar_units = plan_units(sizes, cfg.sync);
+  if (cfg.shard == ShardMode::None) return s;
+  s.layout = make_shard_layout(model_param_layout(prof.model, prof.model_opts), cfg.sync,
+                               cfg.devices, 0);
+  const int U = int(s.layout.units.size());
+  s.fwd = s.layout.forward_order;
+  s.bwd.assign(s.fwd.rbegin(), s.fwd.rend());
+  // Per unit: the first ask of each phase (-1: none measured) and the last gradient.
+  auto first_ask = [&](int u, double ParamTiming::*at) {
+    double t = -1;
+    for (int p = s.layout.units[u].first_param; p <= s.layout.units[u].last_param; ++p)
+      if (prof.params[p].*at >= 0) t = t < 0 ? prof.params[p].*at : std::min(t, prof.params[p].*at);
+    return t;
+  };
+  double prev = 0;  // backward: a unit without a measured ask starts at the previous one's end
+  for (int j = 0; j < U; ++j) {
+    const Unit& u = s.layout.units[s.bwd[j]];
+    double r = 0;
+    for (int p = u.first_param; p <= u.last_param; ++p) r = std::max(r, prof.params[p].ready_s);
+    const double b = first_ask(s.bwd[j], &ParamTiming::bwd_at_s);
+    s.bstart.push_back(std::clamp(b >= 0 ? b : prev, j ? s.bstart.back() : 0.0, prof.backward_s));
+    s.ready.push_back(std::clamp(r, s.bstart.back(), prof.backward_s));
+    prev = s.ready.back();
+  }
+  bool measured = true;
+  for (int j = 0; j < U; ++j) {
+    const double f = first_ask(s.fwd[j], &ParamTiming::fwd_at_s);
+    measured = measured && f >= 0;
+    s.fstart.push_back(std::clamp(f, j ? s.fstart.back() : 0.0, prof.forward_s));
+  }
+  if (!measured) {  // an older profile: forward split over the units as backward is
+    std::vector<double> dur(U);  // per unit index
+    double sum = 0;
+    for (int j = 0; j < U; ++j)
+      sum += dur[s.bwd[j]] = (j + 1 < U ? s.bstart[j + 1] : prof.backward_s) - s.bstart[j];
+    double t = 0;
+    for (int j = 0; j < U; ++j) {
+      s.fstart[j] = t;
+      t += prof.forward_s * (sum > 0 ? dur[s.fwd[j]] / sum : 1.0 / U);
+    }
+  }
+  return s;
+}
+
+// One rank's clock through a step and its queue of communication jobs (collectives/comm_queue.h):
+// a job starts when it is submitted and the one before it is done; overlap off runs it inline
+// (the compute waits for it). Exposed: the time compute waits for communication.
+struct Timeline {
+  bool overlap = false;
+  double now = 0, queue = 0, comm = 0, exposed = 0;
+  long calls = 0;
+  double submit(double cost) {  // returns when the job is done
+    queue = std::max(queue, now) + cost;
+    comm += cost;
+    ++calls;
+    if (!overlap) wait(queue);
+    return queue;
+  }
+  void wait(double until) {
+    if (until > now) exposed += until - now, now = until;
+  }
+};
+
 struct StepTimes {
   double step = 0, data = 0, comm = 0, exposed = 0;
+  long calls = 0;
 };
 
 // One step on one rank with `shard` images per device; f: the compute stretch.
 StepTimes project_step(const StepProfile& prof, BackendKind kind, const ProjectConfig& cfg,
-                       const std::vector<Unit>& units, int shard, double f) {
+                       const StepPlan& plan, int shard, double f) {
+  const ModeComm& m = mode_comm(cfg.shard);
   const double scale = double(shard) / prof.batch * f;
+  const double fwd = prof.forward_s * scale, bwd = prof.backward_s * scale;
+  auto cost = [&](Collective c, int unit) {
+    return collective_cost(c, cfg, kind, double(plan.layout.units[unit].count));
+  };
+  Timeline tl;
+  tl.overlap = cfg.sync.overlap;
   StepTimes t;
   t.data = prof.data_s * scale;
-  const double fwd = prof.forward_s * scale, bwd = prof.backward_s * scale;
-  double comm_end = 0;  // the communication stream, from the start of backward
-  for (const Unit& u : units) {
-    const double c = allreduce_link_cost(cfg.allreduce, double(u.count) * sizeof(float),
-                                         cfg.devices, cfg.link, kind, cfg.tune_file);
-    t.comm += c;
-    double ready = 0;
-    for (int p = u.first_param; p <= u.last_param; ++p)
-      ready = std::max(ready, prof.params[p].ready_s * scale);
-    comm_end = cfg.sync.overlap ? std::max(comm_end, ready) + c : comm_end + c;
+  tl.now = t.data;
+  if (m.gather_on_use) {  // each unit's gather before its compute, the next one prefetched
+    const int F = int(plan.fwd.size());
+    std::vector<double> got(F, 0.0);
+    tl.now += plan.fstart[0] * scale;
+    for (int j = 0; j < F; ++j) {
+      if (j == 0) got[0] = tl.submit(cost(Collective::AllGather, plan.fwd[0]));
+      tl.wait(got[j]);
+      if (j + 1 < F) got[j + 1] = tl.submit(cost(Collective::AllGather, plan.fwd[j + 1]));
+      tl.now += ((j + 1 < F ? plan.fstart[j + 1] : prof.forward_s) - plan.fstart[j]) * scale;
+    }
+  } else {
+    tl.now += fwd;
   }
-  t.exposed = cfg.sync.overlap ? std::max(0.0, comm_end - bwd) : comm_end;
-  t.step = t.data + fwd + bwd + t.exposed + prof.optimizer_s * f;
+  if (m.allreduce) {  // GradSync: its units as the gradients become ready, on its own stream
+    double comm_end = 0;  // from the start of backward
+    for (const Unit& u : plan.ar_units) {
+      const double c = collective_cost(Collective::AllReduce, cfg, kind, double(u.count));
+      t.comm += c;
+      ++t.calls;
+      double ready = 0;
+      for (int p = u.first_param; p <= u.last_param; ++p)
+        ready = std::max(ready, prof.params[p].ready_s * scale);
+      comm_end = cfg.sync.overlap ? std::max(comm_end, ready) + c : comm_end + c;
+    }
+    t.exposed = cfg.sync.overlap ? std::max(0.0, comm_end - bwd) : comm_end;
+    tl.now += bwd + t.exposed;
+  } else if (m.reduce_scatter) {  // each unit's reduce-scatter once its gradients are made
+    const int U = int(plan.bwd.size()), buckets = std::min(U, 2);
+    std::vector<double> got(U, 0.0), reduced(U, 0.0);
+    tl.now += plan.bstart[0] * scale;
+    for (int j = 0; j < U; ++j) {
+      if (m.gather_on_use) {  // forward's last two units are still in their slots
+        if (j >= 2) tl.wait(got[j]);
+        if (j >= 1 && j + 1 < U) got[j + 1] = tl.submit(cost(Collective::AllGather, plan.bwd[j + 1]));
+      }
+      if (j >= buckets) tl.wait(reduced[j - buckets]);  // its gradient bucket is free again
+      const double seg = ((j + 1 < U ? plan.bstart[j + 1] : prof.backward_s) - plan.bstart[j]) * scale;
+      const double ready = std::clamp((plan.ready[j] - plan.bstart[j]) * scale, 0.0, seg);
+      tl.now += ready;
+      reduced[j] = tl.submit(cost(Collective::ReduceScatter, plan.bwd[j]));
+      tl.now += seg - ready;
+    }
+    tl.wait(tl.queue);  // finish_backward
+  } else {
+    tl.now += bwd;
+  }
+  const double share =
+      m.shard_update ? double(plan.layout.shard_floats) / double(plan.layout.total) : 1.0;
+  tl.now += prof.optimizer_s * f * share;
+  if (m.gather_after) {  // the updated shards to every rank, before the next forward
+    for (int u : plan.fwd) tl.submit(cost(Collective::AllGather, u));
+    tl.wait(tl.queue);
+  }
+  t.step = tl.now;
+  t.comm += tl.comm;
+  t.exposed += tl.exposed;
+  t.calls += tl.calls;
   return t;
 }
 
 }  // namespace
+
+void check_cost_models(const ProjectConfig& cfg, BackendKind kind) {
+  const ModeComm& m = mode_comm(cfg.shard);
+  // Refuses an algorithm without a cost model, and a bad tuning file.
+  if (m.allreduce) allreduce_link_cost(cfg.allreduce, 4, 2, cfg.link, kind, cfg.tune_file);
+  if (cfg.shard == ShardMode::None) return;
+  for (Collective c : {Collective::ReduceScatter, Collective::AllGather}) {
+    const auto& table = collective_algorithms(c);
+    const AllReduceEntry* e = find_entry(table, cfg.allreduce);
+    DPB_CHECK(e, "--shard " << to_string(cfg.shard) << ": runs " << collective_name(c)
+                            << " with --allreduce's algorithm, and '" << cfg.allreduce
+                            << "' has none (valid: " << entry_names(table) << ")");
+    std::string have;
+    for (const AllReduceEntry& o : table)
+      if (o.link_cost) have += (have.empty() ? "" : ", ") + o.name;
+    DPB_CHECK(e->link_cost, "--shard " << to_string(cfg.shard) << ": no link cost model for "
+                                       << collective_name(c) << " '" << cfg.allreduce
+                                       << "' (have: " << have << ")");
+  }
+}
 
 Projection project(const StepProfile& prof, const ProjectConfig& cfg) {
   const int k = cfg.devices;
@@ -325,12 +571,12 @@ Projection project(const StepProfile& prof, const ProjectConfig& cfg) {
   DPB_CHECK(cfg.batch >= k, "--batch: the global batch (" << cfg.batch
                                 << ") is smaller than the device count (" << k << ")");
   DPB_CHECK(cfg.train_examples >= 1, "training examples must be >= 1");
-  std::vector<size_t> sizes;
-  for (const auto& q : prof.params) sizes.push_back(q.floats);
-  const std::vector<Unit> units = plan_units(sizes, cfg.sync);
-  Projection p;
-  p.units = int(units.size());
   const BackendEntry& backend = find_backend(prof.backend);
+  check_cost_models(cfg, backend.kind);
+  const StepPlan plan = make_plan(prof, cfg);
+  Projection p;
+  p.units = int(plan.ar_units.size());
+  p.shard_units = int(plan.layout.units.size());
   // Ranks computing on the host share its cores: relative to the sharing the profile saw.
   if (!backend.physical_devices && cfg.cores > 0) {
     auto share = [&](int ranks) { return std::max(1.0, double(ranks) * prof.threads / cfg.cores); };
@@ -345,11 +591,12 @@ Projection project(const StepProfile& prof, const ProjectConfig& cfg) {
     p.exposed_comm_s += (k > 1 ? t.exposed : 0) * times;
   };
   const StepTimes one =
-      project_step(prof, backend.kind, cfg, units, (cfg.batch + k - 1) / k, p.compute_stretch);
+      project_step(prof, backend.kind, cfg, plan, (cfg.batch + k - 1) / k, p.compute_stretch);
   p.step_s = one.step;
+  p.calls = one.calls;
   add(one, full);
   if (rest > 0)
-    add(project_step(prof, backend.kind, cfg, units, (rest + k - 1) / k, p.compute_stretch), 1);
+    add(project_step(prof, backend.kind, cfg, plan, (rest + k - 1) / k, p.compute_stretch), 1);
   p.compute_s = std::max(0.0, p.epoch_s - p.data_s - p.exposed_comm_s);  // as the trainer's CSV
   return p;
 }
@@ -366,10 +613,13 @@ nlohmann::json projection_to_json(const StepProfile& prof, const ProjectConfig& 
           {"grad_sync", to_string(cfg.sync.mode)},
           {"bucket_mb", cfg.sync.bucket_mb},
           {"overlap", cfg.sync.overlap ? "on" : "off"},
+          {"shard", to_string(cfg.shard)},
           {"link_gbps", cfg.link.gbps},
           {"link_latency_us", cfg.link.latency_us},
           {"steps", p.steps},
           {"units", p.units},
+          {"shard_units", p.shard_units},
+          {"calls_per_step", p.calls},
           {"step_s", p.step_s},
           {"epoch_s", p.epoch_s},
           {"compute_s", p.compute_s},
