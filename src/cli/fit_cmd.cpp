@@ -206,7 +206,7 @@ struct CheckRun {
 
 // The tidy CSV of --out: one row per fit (appended, so the runs of a suite share a file).
 const char* kCsvHeader =
-    "impl,model,optimizer,loss,data,mlp_layers,mlp_hidden,mlp_input,devices,device_mem_bytes,"
+    "impl,model,optimizer,loss,data,mlp_layers,mlp_hidden,mlp_input,devices,shard,device_mem_bytes,"
     "vary,plan_backend,fits,answer,batch_per_device,global_batch,limit,limit_hit,peak_mem_bytes,"
     "peak_mem_parameters_bytes,peak_mem_gradients_bytes,peak_mem_optimizer_state_bytes,"
     "peak_mem_activations_bytes,peak_mem_temporaries_bytes,peak_mem_workspace_bytes,"
@@ -326,6 +326,7 @@ int run_fit(FitArgs& a) {
     j["mlp"] = {{"layers", cfg.model_opts.mlp_layers}, {"hidden", cfg.model_opts.mlp_hidden},
                 {"input", cfg.model_opts.mlp_input}};
     j["devices"] = cfg.devices;
+    j["shard"] = to_string(cfg.shard);
     j["device_mem_bytes"] = cap;
     j["vary"] = axis.name;
     j["plan_backend"] = kPlanBackend;
@@ -363,7 +364,8 @@ int run_fit(FitArgs& a) {
     std::ostringstream r;
     r << "dpbench," << cfg.model << ',' << cfg.optimizer << ',' << cfg.loss << ',' << cfg.data
       << ',' << at.model_opts.mlp_layers << ',' << cfg.model_opts.mlp_hidden << ','
-      << cfg.model_opts.mlp_input << ',' << cfg.devices << ',' << cap << ',' << axis.name << ','
+      << cfg.model_opts.mlp_input << ',' << cfg.devices << ',' << to_string(cfg.shard) << ','
+      << cap << ',' << axis.name << ','
       << kPlanBackend << ',' << int(fits) << ',' << answer << ','
       << (fits ? (at.batch + at.devices - 1) / at.devices : 0) << ',' << (fits ? at.batch : 0)
       << ',' << s.limit << ',' << int(s.limit_hit()) << ',' << top.peak.total();

@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 
+#include "src/train/shard.h"
+
 namespace dpb {
 
 CliRunOptions::CliRunOptions(CLI::App* app, TrainConfig& cfg, const std::vector<std::string>& names)
@@ -26,6 +28,9 @@ void CliRunOptions::apply() {
     const RunOption& o = run_option(n);
     apply_run_option(o, "--" + o.name, o.value.empty() ? "true" : text_.at(n), cfg_);
   }
+  // Sharded gradients and parameters move unit by unit: fused would make the whole model one
+  // unit (a full-size bucket and gathered copy). Their default is bucketed (--bucket-mb).
+  if (shards_gradients(cfg_.shard) && !given("grad-sync")) cfg_.sync.mode = SyncMode::Bucketed;
 }
 
 bool CliRunOptions::given(const std::string& name) const {

@@ -197,7 +197,8 @@ std::vector<RunOption> make_table() {
        [](const C& c) { return fmt(c.sync.bucket_mb); }},
       {"shard", "", false, "MODE",
        "sharded data parallelism: " + entry_names(shard_modes(), " | ") +
-           " (ZeRO stages 0-3; units: --grad-sync's plan over whole layers)",
+           " (ZeRO stages 0-3; units: --grad-sync's plan over whole layers, bucketed by default "
+           "for gradients and parameters)",
        [](const std::string& t) { return member(shard_modes(), t, "mode"); },
        [](C& c, const std::string& t) { c.shard = find_shard_mode(t).mode; },
        [](const C& c) { return to_string(c.shard); }},

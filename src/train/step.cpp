@@ -49,6 +49,7 @@ Replica make_replica(Device& dev, CommGroup& group, const std::string& model,
                      ShardMode shard, AllReduce* rs, AllReduce* ag) {
   Replica rep;
   rep.dev = &dev;
+  rep.group = &group;
   rep.model = make_model(model, dev, max_batch, opts);
   const size_t P = rep.model->num_floats(), mb = size_t(max_batch);
   const size_t in = size_t(rep.model->input_size());
@@ -200,6 +201,12 @@ void begin_epoch(Replica& rep) {
   if (rep.sync) rep.sync->reset_times();
   if (rep.shard) rep.shard->reset_times();
   rep.data_timer->reset();
+  rep.sent_begin = rep.group->sent_bytes(rep.dev->rank());
+  rep.sent_steps = 0;
+}
+
+void end_steps(Replica& rep) {
+  rep.sent_steps = rep.group->sent_bytes(rep.dev->rank()) - rep.sent_begin;
 }
 
 void end_epoch(Replica& rep) {
@@ -260,6 +267,7 @@ EpochStats epoch_stats(const Replica& rep, CommGroup& group, int steps, int exam
   }
   st.data_s = rep.data_timer->seconds();
   st.compute_s = std::max(0.0, epoch_s - st.data_s - st.exposed_comm_s);
+  st.comm_bytes = steps > 0 ? double(rep.sent_steps) / steps : 0.0;
   return st;
 }
 

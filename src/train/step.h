@@ -78,6 +78,8 @@ struct Replica {
   std::vector<uint8_t> host_x, host_y;  // staging for a batch
   std::vector<float> host_w;            // end-of-epoch copy for the replica check
   float host_stats[2] = {0, 0};         // end-of-epoch {loss sum, correct}
+  CommGroup* group = nullptr;           // the group its collectives run in
+  uint64_t sent_begin = 0, sent_steps = 0;  // bytes this rank sent: at begin_epoch, in the steps
   std::unique_ptr<StreamTimer> data_timer;  // training data loading, on the compute stream
   size_t num_params() const { return model->num_floats(); }
   ParamSource& params() { return shard ? static_cast<ParamSource&>(*shard) : *flat; }
@@ -124,12 +126,14 @@ void step_sync_wait(Replica& rep);
 void step_update(Replica& rep, float lr);
 void train_step(Replica& rep, int n, int global_batch, float lr);  // all four, reducing
 
-// Epoch statistics: begin_epoch zeroes the replica's accumulators and times; end_epoch copies
+// Epoch statistics: begin_epoch zeroes the replica's accumulators and times; end_steps (after
+// the epoch's last step) takes the bytes this rank sent in the steps; end_epoch copies
 // its parameters and accumulators to the host; epoch_stats (every rank, after its end_epoch; a
 // collective over the group: rank 0's parameters are broadcast, every rank compares its own,
 // the sums and differences are all-gathered) sums them and compares the replicas; the result is
 // the same on every rank, with rank 0's times. steps and examples: the epoch's.
 void begin_epoch(Replica& rep);
+void end_steps(Replica& rep);
 void end_epoch(Replica& rep);
 EpochStats epoch_stats(const Replica& rep, CommGroup& group, int steps, int examples,
                        double epoch_s);

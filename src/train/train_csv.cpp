@@ -1,6 +1,8 @@
 // train_csv.cpp: the training CSV's column table (see train_csv.h).
 #include "src/train/train_csv.h"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -122,12 +124,16 @@ const std::vector<CsvColumn>& train_csv_columns() {
        [](Run r, Ep e) { return measured(r, num(e.data_s)); }},
       {"compute_s", kNum, "epoch_s - data_s - exposed_comm_s, seconds",
        [](Run r, Ep e) { return measured(r, num(e.compute_s)); }},
-      {"comm_s", kNum, "rank 0's comm stream time inside gradient collectives (CUDA events), seconds",
+      {"comm_s", kNum, "rank 0's comm stream time inside gradient (and --shard's parameter) collectives (CUDA events), seconds",
        [](Run r, Ep e) { return measured(r, num(e.comm_s)); }},
-      {"exposed_comm_s", kNum, "rank 0's compute stream wait for gradient communication (CUDA events), seconds",
+      {"exposed_comm_s", kNum, "rank 0's compute stream wait for gradient (and --shard's parameter) communication (CUDA events), seconds",
        [](Run r, Ep e) { return measured(r, num(e.exposed_comm_s)); }},
       {"comm_calls", kNum, "rank 0's collective calls in the epoch",
        [](Run, Ep e) { return integer(e.comm_calls); }},
+      {"comm_bytes", kNum,
+       "bytes rank 0 sent per training step, counted by its transport (library collectives: "
+       "their ring-equivalent count)",
+       [](Run, Ep e) { return integer(std::llround(e.comm_bytes)); }},
       {"replicas_in_sync", kNum, "1 when all replicas' parameters are bitwise equal",
        [](Run r, Ep e) { return measured(r, integer(e.replicas_in_sync)); }},
       {"max_replica_diff", kNum, "largest |difference| of a parameter between replicas",

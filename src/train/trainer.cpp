@@ -178,6 +178,7 @@ double Run::train_epoch(int i, int e, double& lr) {
     }
   }
   rep.dev->synchronize();
+  end_steps(rep);
   pool_.align(i);
   ranks_.group->barrier(r);  // the epoch ends when the slowest rank is done
   return since(t0);

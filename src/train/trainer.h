@@ -71,6 +71,9 @@ struct EpochStats {
   double epoch_s = 0, images_per_s = 0;
   double data_s = 0, compute_s = 0, comm_s = 0, exposed_comm_s = 0;
   long comm_calls = 0;
+  // Bytes this rank (rank 0 in results) sent per training step, as its transport counted them
+  // (CommGroup::sent_bytes; library collectives: their ring-equivalent count).
+  double comm_bytes = 0;
   double lr_end = 0;
   bool replicas_in_sync = false;
   double max_replica_diff = 0;
