@@ -7,6 +7,7 @@ speedup on named interconnects. Standard library for the runs; plots need matplo
   scripts/link_study.py micro   --out DIR   # dpbench-micro all-reduces on a link vs the model
   scripts/link_study.py overlap --out DIR   # ResNet-18 k=2 overlap modes, 1/5/25 MB, 2 latencies
   scripts/link_study.py check   --out DIR   # dpbench project vs dpbench train on emulated links
+  scripts/link_study.py shard-check --out DIR  # the same for --shard none|optimizer|gradients|parameters
   scripts/link_study.py figure  --out DIR   # predicted speedup vs devices on named links
   scripts/link_study.py plot-suite --out DIR  # DIR/sync.csv (the sync suite's emulated-link runs):
                                               # exposed communication vs bucket size, per link
@@ -44,6 +45,21 @@ CHECK = {
                      sync=["--grad-sync", "bucketed", "--bucket-mb", "5"], profile_steps=5),
 }
 CHECK_LATENCY_US = 50.0
+
+# --shard's modes (src/train/shard.h's table; `dpbench train --help` lists them).
+SHARD_MODES = ["none", "optimizer", "gradients", "parameters"]
+# The sharded modes' projection check (--shard, `dpbench train --shard`): per model, its flags,
+# the global batch, the training examples per run, the emulated links (50 us) and the profile
+# steps; every mode at k = 2, 4, overlap off and on. The links make communication about 2/3 of
+# a replicated step, so that both the schedule and the overlap count, while the compute's noise
+# on a shared machine (its ranks time-slice with other work) weighs less.
+SHARD_CHECK = {
+    "mlp": dict(args=["--model", "mlp", "--mlp-layers", "4", "--mlp-hidden", "512",
+                      "--data", "synthetic"], batch=256, train=4096, links=[1.0],
+                sync=["--grad-sync", "per-param"], profile_steps=10),
+    "lenet": dict(args=["--model", "lenet"], batch=256, train=2048, links=[0.03],
+                  sync=["--grad-sync", "per-param"], profile_steps=20),
+}
 
 
 def run(cmd, **kw):
@@ -247,6 +263,23 @@ def train_args(model, k, gbps, overlap):
              str(CHECK_LATENCY_US if k > 1 else 0)] + c["sync"])
 
 
+def measure_and_project(a, args, train, csv_path, prof, profile_steps):
+    """One emulated `dpbench train` run (the median epoch after the first) and `dpbench project`
+    with the same flags, its profile (written to prof) measured right after the run, so that it
+    shares the run's conditions (on a shared machine other work comes and goes within minutes).
+    Returns (measured epoch s, measured exposed s, the projection's JSON)."""
+    run([a.bin, "train"] + args + ["--train-limit", str(train), "--test-limit", "64", "--epochs",
+        str(a.epochs), "--quiet", "--csv", csv_path])
+    with open(csv_path) as f:  # this run's epochs after the first (warm-up)
+        eps = list(csv.DictReader(f))[-a.epochs:]
+    eps = eps[1:] or eps
+    measured = statistics.median(float(e["epoch_s"]) for e in eps)
+    exposed = statistics.median(float(e["exposed_comm_s"]) for e in eps)
+    pred = json.loads(run([a.bin, "project"] + args + ["--train-limit", str(train), "--profile-out",
+                                                       prof, "--profile-steps", str(profile_steps)]))
+    return measured, exposed, pred
+
+
 def cmd_check(a):
     csv_path = os.path.join(a.out, "link-check-train.csv")
     rows = []  # rows of models not run this time are kept (the check can run one model at a time)
@@ -264,22 +297,9 @@ def cmd_check(a):
                 for overlap in (("off", "on") if k > 1 else ("off",)):
                     args = train_args(model, k, gbps, overlap)
                     t0 = time.time()
-                    run([a.bin, "train"] + args + ["--train-limit", str(train), "--test-limit",
-                        "64", "--epochs", str(a.epochs), "--quiet", "--csv", csv_path])
-                    with open(csv_path) as f:  # this run's epochs after the first (warm-up)
-                        eps = list(csv.DictReader(f))[-a.epochs:][1:] or [None]
-                    if eps[0] is None:
-                        with open(csv_path) as f:
-                            eps = list(csv.DictReader(f))[-1:]
-                    measured = statistics.median(float(e["epoch_s"]) for e in eps)
-                    exposed = statistics.median(float(e["exposed_comm_s"]) for e in eps)
-                    # Profiled right after each run, so that the profile shares the run's
-                    # conditions (on a shared machine other work comes and goes within minutes).
                     prof = os.path.join(a.out, f"link-profile-{model}-k{k}-{gbps:g}-{overlap}.json")
-                    pa = ["--profile-out", prof,
-                          "--profile-steps", str(a.profile_steps or c["profile_steps"])]
-                    pred = json.loads(run([a.bin, "project"] + args + ["--train-limit",
-                                          str(train)] + pa))
+                    measured, exposed, pred = measure_and_project(
+                        a, args, train, csv_path, prof, a.profile_steps or c["profile_steps"])
                     if k == 1:
                         base = (measured, pred["epoch_s"])
                     rows.append(dict(model=model, devices=k, link_gbps=gbps,
@@ -310,6 +330,59 @@ def project(a, model, k, gbps, lat, profile, cores, extra):
                "--allreduce", "ring", "--link-gbps", str(gbps), "--link-latency-us", str(lat),
                "--cores", str(cores), "--profile", profile] + extra)
     return json.loads(out)
+
+
+def cmd_shard_check(a):
+    """dpbench project --shard MODE vs dpbench train --shard MODE on an emulated link."""
+    csv_path = os.path.join(a.out, "link-shard-check-train.csv")
+    out_csv = os.path.join(a.out, "link-shard-check.csv")
+    rows = []  # rows of models not run this time are kept
+    if os.path.exists(out_csv):
+        with open(out_csv) as f:
+            rows = [r for r in csv.DictReader(f) if r["model"] not in a.models]
+    modes = a.shards or SHARD_MODES
+    for model, c in SHARD_CHECK.items():
+        if model not in a.models:
+            continue
+        train = a.train_limit or c["train"]
+        for k in a.ks:
+            for gbps in c["links"]:
+                for mode in modes:
+                    for overlap in ("off", "on"):
+                        args = (c["args"] + ["--devices", str(k), "--batch", str(c["batch"]),
+                                "--allreduce", "ring", "--overlap", overlap, "--shard", mode,
+                                "--link-gbps", str(gbps), "--link-latency-us",
+                                str(CHECK_LATENCY_US)] + c["sync"])
+                        t0 = time.time()
+                        prof = os.path.join(a.out, f"link-shard-profile-{model}-k{k}-{mode}-{overlap}.json")
+                        measured, exposed, pred = measure_and_project(
+                            a, args, train, csv_path, prof, a.profile_steps or c["profile_steps"])
+                        rows.append(dict(model=model, devices=k, link_gbps=gbps,
+                                         link_latency_us=CHECK_LATENCY_US, shard=mode,
+                                         overlap=overlap, predicted_s=round(pred["epoch_s"], 4),
+                                         measured_s=round(measured, 4),
+                                         error_pct=round((pred["epoch_s"] / measured - 1) * 100, 1),
+                                         predicted_comm_s=round(pred["comm_s"], 4),
+                                         predicted_exposed_s=round(pred["exposed_comm_s"], 4),
+                                         measured_exposed_s=round(exposed, 4),
+                                         calls_per_step=pred["calls_per_step"],
+                                         load=round(os.getloadavg()[0], 1),
+                                         wall_s=round(time.time() - t0, 1)))
+                        write_csv(out_csv, rows)
+    print(f"\nSharded modes: projection vs emulated runs (ring, {CHECK_LATENCY_US:g} us; median of "
+          f"epochs 2..{a.epochs}; {machine_note()})")
+    print(f"{'model':6} {'k':>2} {'Gb/s':>5} {'shard':10} {'ovl':>3} {'predicted s':>11} "
+          f"{'measured s':>10} {'error':>7} {'load':>5}")
+    errs = {}
+    for r in rows:
+        err = float(r["error_pct"])
+        errs.setdefault(r["shard"], []).append(abs(err))
+        print(f"{r['model']:6} {int(r['devices']):>2} {float(r['link_gbps']):>5g} {r['shard']:10} "
+              f"{r['overlap']:>3} {float(r['predicted_s']):>11.3f} {float(r['measured_s']):>10.3f} "
+              f"{err:>6.1f}% {float(r['load']):>5.1f}")
+    for mode, e in errs.items():
+        print(f"{mode:10}: |error| median {statistics.median(e):.1f}%, max {max(e):.1f}%, "
+              f"{sum(x <= 15 for x in e)}/{len(e)} within 15%")
 
 
 def cmd_figure(a):
@@ -372,7 +445,8 @@ def cmd_figure(a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["micro", "overlap", "check", "figure", "plot-suite"])
+    ap.add_argument("what", choices=["micro", "overlap", "check", "shard-check", "figure",
+                                     "plot-suite"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--bin", default="build/dpbench")
     ap.add_argument("--micro-bin", default="build/dpbench-micro")
@@ -381,7 +455,10 @@ def main():
                     help="figure: the device the one-device profile is measured on")
     ap.add_argument("--epochs", type=int, default=2,
                     help="check: epochs per run (the median of all but the first is used)")
-    ap.add_argument("--models", default=",".join(CHECK), help="check: models to run (comma list)")
+    ap.add_argument("--models", default="",
+                    help="check, shard-check: models to run (comma list; default: the table's)")
+    ap.add_argument("--shards", default="",
+                    help="shard-check: --shard modes (comma list; default: every mode)")
     ap.add_argument("--gbps", type=float, default=1.0, help="micro, overlap: link bandwidth")
     ap.add_argument("--latencies", default="50,5000", help="overlap: link latencies, us")
     ap.add_argument("--batch", type=int, default=8, help="overlap: the model's global batch")
@@ -394,17 +471,20 @@ def main():
                     help="check: training examples per run (default: the CHECK table's)")
     ap.add_argument("--profile-steps", type=int, default=0,
                     help="check: profile steps per run (default: the CHECK table's)")
-    ap.add_argument("--ks", default="1,2,4", help="check: device counts (1 first: the speedup base)")
+    ap.add_argument("--ks", default="",
+                    help="check: device counts (1 first: the speedup base; default 1,2,4); "
+                         "shard-check: default 2,4")
     ap.add_argument("--profile", action="append", default=[],
                     help="figure: MODEL=FILE one-device profile (e.g. measured on a GPU)")
     a = ap.parse_args()
     a.latencies = [float(x) for x in a.latencies.split(",")]
-    a.models = a.models.split(",")
-    a.ks = [int(x) for x in a.ks.split(",")]
+    a.models = a.models.split(",") if a.models else list(SHARD_CHECK if a.what == "shard-check" else CHECK)
+    a.shards = a.shards.split(",") if a.shards else []
+    a.ks = [int(x) for x in (a.ks or ("2,4" if a.what == "shard-check" else "1,2,4")).split(",")]
     a.profile = dict(p.split("=", 1) for p in a.profile)
     os.makedirs(a.out, exist_ok=True)
-    {"micro": cmd_micro, "overlap": cmd_overlap, "check": cmd_check, "figure": cmd_figure,
-     "plot-suite": cmd_plot_suite}[a.what](a)
+    {"micro": cmd_micro, "overlap": cmd_overlap, "check": cmd_check, "shard-check": cmd_shard_check,
+     "figure": cmd_figure, "plot-suite": cmd_plot_suite}[a.what](a)
 
 
 if __name__ == "__main__":
