@@ -312,4 +312,52 @@ void ShardedStep::download_full(float* host_full) {
   phase_ = Phase::Idle;
 }
 
+size_t ShardMemory::total() const { return parameters + gradients + optimizer_state; }
+
+ShardMemory zero_formula(ShardMode m, size_t P, int k, int state_floats) {
+  DPB_CHECK(k >= 1 && state_floats >= 0,
+            "zero_formula: k " << k << ", state floats " << state_floats);
+  const size_t K = size_t(k), s = size_t(state_floats);
+  auto shard = [K](size_t bytes) { return (bytes + K - 1) / K; };
+  ShardMemory z{4 * P, 4 * P, 4 * s * P};
+  if (m != ShardMode::None) z.optimizer_state = shard(z.optimizer_state);
+  if (shards_gradients(m)) z.gradients = shard(z.gradients);
+  if (m == ShardMode::Parameters) z.parameters = shard(z.parameters);
+  return z;
+}
+
+ShardMemory shard_model_states(ShardMode m, const ShardLayout& L, int state_floats,
+                               size_t granule) {
+  DPB_CHECK(state_floats >= 0 && granule >= 1,
+            "shard_model_states: state floats " << state_floats << ", granule " << granule);
+  auto buf = [granule](size_t floats) {  // one buffer's bytes as the device charges them
+    return (floats * sizeof(float) + granule - 1) / granule * granule;
+  };
+  // ShardedStep's constructor: two slots / buckets of the largest unit, one if there is one unit.
+  const size_t slots = std::min<size_t>(L.units.size(), 2) * buf(L.largest_unit);
+  const size_t s = size_t(state_floats);
+  ShardMemory a{buf(L.total), buf(L.total), s * buf(L.total)};
+  if (m == ShardMode::None) return a;
+  a.optimizer_state = s * buf(L.shard_floats);
+  if (shards_gradients(m)) a.gradients = buf(L.shard_floats) + slots;
+  if (m == ShardMode::Parameters) a.parameters = buf(L.shard_floats) + slots;
+  return a;
+}
+
+std::vector<ShardCall> shard_step_calls(ShardMode m, const ShardLayout& L,
+                                        const std::vector<size_t>& param_sizes,
+                                        const GradSyncConfig& sync) {
+  std::vector<ShardCall> calls;
+  if (!shards_gradients(m))
+    for (const Unit& u : plan_units(param_sizes, sync)) calls.push_back({Collective::AllReduce, u.count});
+  if (shards_gradients(m))
+    for (const Unit& u : L.units) calls.push_back({Collective::ReduceScatter, u.count});
+  if (m != ShardMode::None)
+    for (const Unit& u : L.units) calls.push_back({Collective::AllGather, u.count});
+  if (m == ShardMode::Parameters)
+    for (size_t j = 0; j + 2 < L.forward_order.size(); ++j)
+      calls.push_back({Collective::AllGather, L.units[L.forward_order[j]].count});
+  return calls;
+}
+
 }  // namespace dpb

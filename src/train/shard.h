@@ -33,6 +33,7 @@
 #include "collectives/allreduce.h"
 #include "collectives/comm_queue.h"
 #include "collectives/grad_sync.h"
+#include "collectives/shard.h"
 #include "src/model/model.h"
 #include "src/train/optimizer.h"
 
@@ -152,5 +153,49 @@ class ShardedStep final : public ParamSource {
   std::vector<int> launch_pos_;  // per unit: its place in backward's order
   CommQueue q_;  // last: destroyed (its thread joined) before the slots its jobs use
 };
+
+// ---- the memory and traffic models (issue 22 item 4; tested by tests/test_shard.cpp) ----
+
+// A rank's model states in bytes (fp32): what ZeRO shards.
+struct ShardMemory {
+  size_t parameters = 0, gradients = 0, optimizer_state = 0;
+  size_t total() const;
+};
+
+// ZeRO's textbook arithmetic (Rajbhandari et al., 2020) for P fp32 parameters over k ranks with
+// state_floats floats of optimizer state per parameter (Adam: 2, s below; SGD: 0):
+//   none        4P + 4P + 4sP            (Adam: 16P)
+//   optimizer   4P + 4P + 4sP/k          (8P + 8P/k)
+//   gradients   4P + 4P/k + 4sP/k        (4P + 12P/k)
+//   parameters  (4P + 4P + 4sP)/k        (16P/k)
+// Each sharded term rounded up (the largest rank's share of an even split).
+ShardMemory zero_formula(ShardMode m, size_t P, int k, int state_floats);
+
+// What rank L.rank actually allocates for mode m (make_replica and ShardedStep's constructor):
+// its compact shard where the mode shards a state (L.shard_floats floats; the full L.total where
+// it does not), plus the two gathered-parameter slots (parameters) and the two gradient buckets
+// (gradients, parameters) of L.largest_unit floats each: one of each when there is one unit.
+// The measured peak per category equals it (MLP; ResNet-18's BatchNorm statistics are charged
+// as parameters too) with granule = the device's allocation granule (each buffer's bytes rounded
+// up to it: 64 on the CPU and meta devices; the optimizer state as state_floats buffers of the
+// shard, Adam's m and v); granule 1: the buffers' exact floats times 4.
+ShardMemory shard_model_states(ShardMode m, const ShardLayout& L, int state_floats,
+                               size_t granule = 1);
+
+// One collective call of a training step: its collective and whole-buffer floats.
+struct ShardCall {
+  Collective op = Collective::AllReduce;
+  size_t floats = 0;
+};
+// The calls every rank makes in each training step of mode m, grouped by kind (not in issue
+// order): none and optimizer, an all-reduce per unit of
+// GradSync's plan over the parameters (sync: its mode and bucket size); optimizer and gradients,
+// an all-gather per unit of L; gradients and parameters, a reduce-scatter per unit of L;
+// parameters, an all-gather per unit of L for forward and one per unit but the last two of
+// forward's order (still in their slots) for backward. The reduce-scatter and all-gather calls
+// and floats are ShardedStep::traffic's.
+std::vector<ShardCall> shard_step_calls(ShardMode m, const ShardLayout& L,
+                                        const std::vector<size_t>& param_sizes,
+                                        const GradSyncConfig& sync);
 
 }  // namespace dpb
