@@ -47,6 +47,7 @@ long CommQueue::submit(Job job) {
   const long ticket = ++submitted_;
   if (!thread_.joinable()) {  // inline: ordered after all compute issued so far
     if (error_) std::rethrow_exception(error_);
+    ++calls_;  // a failed job counts, as on the thread
     try {
       dev_.comm_wait_compute();
       run(job, issued);
@@ -54,7 +55,6 @@ long CommQueue::submit(Job job) {
       error_ = std::current_exception();
       throw;
     }
-    ++calls_;
     done_ = ticket;
     return ticket;
   }
@@ -106,6 +106,11 @@ void CommQueue::wait(long ticket) {
     err = error_;
   }
   if (err) std::rethrow_exception(err);
+}
+
+bool CommQueue::idle() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return done_ >= submitted_;
 }
 
 double CommQueue::comm_seconds() { return timer_->seconds(); }

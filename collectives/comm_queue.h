@@ -46,6 +46,7 @@ class CommQueue {
   void wait(long ticket);
   void wait_all() { wait(submitted_); }
   long submitted() const { return submitted_; }
+  bool idle();  // every submitted job has run
   bool threaded() const { return thread_.joinable(); }
 
   // Time the comm stream spent in jobs (device timer: CUDA events; CPU: host clock) and jobs

@@ -89,12 +89,11 @@ void adapt_barrier_spin(CommGroup& group, const GradSyncConfig& cfg) {
 
 // ---------------------------------------------------------------- GradSync
 
-
 GradSync::GradSync(const GradSyncConfig& cfg, const std::vector<size_t>& param_sizes,
                    AllReduce& ar, Device& dev, int rank, float* grads)
     : cfg_(cfg), units_(plan_units(param_sizes, cfg)), ar_(ar), dev_(dev), rank_(rank),
-      grads_(grads), comm_timer_(dev.make_timer(StreamKind::Comm)),
-      exposed_timer_(dev.make_timer(StreamKind::Compute)) {
+      grads_(grads), exposed_timer_(dev.make_timer(StreamKind::Compute)),
+      q_(dev, rank, cfg.overlap, [this](const std::string& why) { ar_.abort(rank_, why); }) {
   unit_of_param_.assign(param_sizes.size(), -1);
   for (size_t u = 0; u < units_.size(); ++u)
     for (int p = units_[u].first_param; p <= units_[u].last_param; ++p) unit_of_param_[p] = int(u);
@@ -102,24 +101,6 @@ GradSync::GradSync(const GradSyncConfig& cfg, const std::vector<size_t>& param_s
   for (const Unit& u : units_) largest = std::max(largest, u.count);
   ar_.reserve(rank_, largest);  // scratch space now, not inside the first timed step
   arm();
-  if (cfg_.overlap) comm_thread_ = std::thread([this] { comm_loop(); });
-}
-
-GradSync::~GradSync() {
-  if (!comm_thread_.joinable()) return;
-  bool in_flight;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-    in_flight = done_ < launched_;
-  }
-  // Units in flight at destruction mean the step failed on this rank: abort the collective so
-  // neither our comm thread nor the peers wait forever for calls this rank will never make.
-  if (in_flight)
-    ar_.abort(rank_, "gradient sync of rank " + std::to_string(rank_) +
-                         " was destroyed with communication in flight");
-  cv_.notify_all();
-  comm_thread_.join();
 }
 
 void GradSync::arm() {
@@ -128,16 +109,10 @@ void GradSync::arm() {
     pending_[u] = units_[u].last_param - units_[u].first_param + 1;
   ready_.assign(unit_of_param_.size(), 0);
   launched_ = 0;
-  std::lock_guard<std::mutex> lk(mu_);
-  done_ = 0;
 }
 
 void GradSync::begin_step() {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    DPB_CHECK(done_ == launched_,
-              "rank " << rank_ << ": begin_step() while gradient communication is in flight");
-  }
+  DPB_CHECK(q_.idle(), "rank " << rank_ << ": begin_step() while gradient communication is in flight");
   arm();
 }
 
@@ -154,103 +129,40 @@ void GradSync::grad_ready(int param) {
   while (launched_ < int(units_.size()) && pending_[launched_] == 0) launch(launched_++);
 }
 
+// The comm queue marks the compute stream at submit, on the backward thread: the unit waits for
+// exactly the work that produced its gradients, not for backward layers issued after it; the time
+// of submit is when the host issued the unit's comm work (an emulated link's clock: link.h).
 void GradSync::launch(int unit) {
-  // Mark the compute stream now, on the backward thread: the comm stream waits for exactly the
-  // work that produced this unit's gradients, not for backward layers issued after it. The time
-  // of the mark is when the host issued the unit's comm work (an emulated link's clock: link.h).
-  const auto at = std::chrono::steady_clock::now();
-  const int mark = dev_.compute_mark();
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    queue_.push_back({unit, mark, at});
-  }
-  cv_.notify_one();
-}
-
-void GradSync::run_unit(int u) {
-  const Unit& unit = units_[u];
-  try {
-    ar_.run(rank_, grads_ + unit.offset, unit.count);
-  } catch (const std::exception& e) {
-    ar_.abort(rank_, e.what());
-    throw;
-  } catch (...) {
-    ar_.abort(rank_, "unknown exception in gradient all-reduce");
-    throw;
-  }
-}
-
-void GradSync::comm_loop() {
-  std::unique_lock<std::mutex> lk(mu_);
-  for (;;) {
-    cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-    if (stop_) return;
-    const auto [u, mark, at] = queue_.front();
-    queue_.pop_front();
-    if (!error_) {  // after a failure, later units are dropped (the group is aborted)
-      lk.unlock();
-      std::exception_ptr err;
-      try {
-        dev_.comm_wait_mark(mark);
-        ar_.issue(rank_, at);
-        comm_timer_->begin();  // after the wait: times the collective, not its producers
-        run_unit(u);
-        comm_timer_->end();
-      } catch (...) {
-        err = std::current_exception();
-      }
-      lk.lock();
-      ++calls_accum_;
-      if (err && !error_) error_ = err;
-    }
-    ++done_;
-    done_cv_.notify_all();
-  }
+  const Unit u = units_[unit];
+  float* buf = grads_ + u.offset;
+  q_.submit([this, buf, u](CommQueue::Clock::time_point issued) {
+    ar_.issue(rank_, issued);
+    ar_.run(rank_, buf, u.count);
+  });
 }
 
 const SyncTimes& GradSync::times() {
-  times_.comm_s = comm_timer_->seconds();
+  times_.comm_s = q_.comm_seconds();
   times_.exposed_s = exposed_timer_->seconds();
+  times_.calls = q_.calls();
   return times_;
 }
 
 void GradSync::reset_times() {
   times_ = {};
-  comm_timer_->reset();
+  q_.reset_times();
   exposed_timer_->reset();
 }
 
 void GradSync::finish() {
   exposed_timer_->begin();
-  const int U = int(units_.size());
-  if (!cfg_.overlap) {
-    try {
-      if (launched_ < U) dev_.comm_wait_compute();
-      if (launched_ < U) ar_.issue(rank_, std::chrono::steady_clock::now());  // issued now
-      for (; launched_ < U; ++launched_) {
-        ++times_.calls;
-        comm_timer_->begin();
-        run_unit(launched_);
-        comm_timer_->end();
-      }
-    } catch (...) {
-      arm();
-      throw;
-    }
-  } else {
-    while (launched_ < U) launch(launched_++);
-    std::exception_ptr err;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      done_cv_.wait(lk, [&] { return done_ == launched_; });
-      times_.calls += calls_accum_;
-      calls_accum_ = 0;
-      err = error_;  // kept: the comm thread drops every later unit
-    }
-    if (err) {
-      arm();
-      std::rethrow_exception(err);
-    }
+  try {
+    const int U = int(units_.size());
+    while (launched_ < U) launch(launched_++);  // overlap off: each runs now, inline
+    q_.wait_all();
+  } catch (...) {
+    arm();
+    throw;  // the queue keeps the error: the GradSync is unusable
   }
   dev_.compute_wait_comm();
   exposed_timer_->end();  // CUDA: how long the compute stream stood at the wait above

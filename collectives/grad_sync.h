@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "collectives/allreduce.h"
+#include "collectives/comm_queue.h"
 
 namespace dpb {
 
@@ -82,7 +83,7 @@ class GradSync {
   // grads: this rank's flat gradient buffer on its device. One GradSync per rank.
   GradSync(const GradSyncConfig& cfg, const std::vector<size_t>& param_sizes, AllReduce& ar,
            Device& dev, int rank, float* grads);
-  ~GradSync();
+  ~GradSync() = default;
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
@@ -99,10 +100,8 @@ class GradSync {
   const std::vector<Unit>& units() const { return units_; }
 
  private:
-  void arm();              // reset per-step state
-  void launch(int unit);   // overlap: enqueue for the comm thread
-  void run_unit(int unit); // perform the collective for a unit (aborts the group on failure)
-  void comm_loop();
+  void arm();             // reset per-step state
+  void launch(int unit);  // submit the unit's all-reduce to the comm queue
 
   GradSyncConfig cfg_;
   std::vector<Unit> units_;
@@ -114,24 +113,11 @@ class GradSync {
   int rank_;
   float* grads_;
   SyncTimes times_;
-  std::unique_ptr<StreamTimer> comm_timer_;     // around each collective call, on the comm stream
   std::unique_ptr<StreamTimer> exposed_timer_;  // around finish()'s wait, on the compute stream
   int launched_ = 0;
-
-  // Shared with the communication thread (overlap on), under mu_.
-  std::mutex mu_;
-  std::condition_variable cv_;       // work for the comm thread, or stop
-  std::condition_variable done_cv_;  // a unit finished
-  struct Launched {
-    int unit, mark;  // the compute mark taken when the unit became ready ...
-    std::chrono::steady_clock::time_point at;  // ... and when it was taken
-  };
-  std::deque<Launched> queue_;
-  int done_ = 0;  // units finished (or dropped after an error) this step
-  bool stop_ = false;
-  std::exception_ptr error_;
-  long calls_accum_ = 0;
-  std::thread comm_thread_;
+  // The units' all-reduces, in plan order: on the rank's communication thread (overlap on) or
+  // inline in finish() (off). Last: destroyed (thread joined, aborting what is in flight) first.
+  CommQueue q_;
 };
 
 }  // namespace dpb

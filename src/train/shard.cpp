@@ -147,6 +147,14 @@ void ShardedStep::wait_exposed(long ticket) {
   exposed_timer_->end();
 }
 
+long ShardedStep::submit(CommQueue::Job job) {
+  if (q_.threaded()) return q_.submit(std::move(job));
+  exposed_timer_->begin();
+  const long t = q_.submit(std::move(job));
+  exposed_timer_->end();
+  return t;
+}
+
 double ShardedStep::exposed_seconds() { return exposed_timer_->seconds(); }
 
 void ShardedStep::reset_times() {
@@ -179,7 +187,7 @@ void ShardedStep::gather(int slot, int unit) {
   const float* src = w_ + layout_.compact[unit];
   const size_t own = layout_.own_size[unit], count = u.count;
   pslot_[slot].unit = unit;
-  pslot_[slot].ticket = q_.submit([=, this](CommQueue::Clock::time_point issued) {
+  pslot_[slot].ticket = submit([=, this](CommQueue::Clock::time_point issued) {
     dev_.comm_copy(mine, src, own);  // this rank's part in place, then every rank's
     ag_.issue(rank_, issued);
     ag_.run(rank_, buf, count);
@@ -245,7 +253,7 @@ void ShardedStep::grad_ready(int i) {
   const float* mine = buf + (layout_.own_begin[u] - unit.offset);
   float* dst = g_ + layout_.compact[u];
   const size_t own = layout_.own_size[u], count = unit.count;
-  gslot_[s].ticket = q_.submit([=, this](CommQueue::Clock::time_point issued) {
+  gslot_[s].ticket = submit([=, this](CommQueue::Clock::time_point issued) {
     rs_.issue(rank_, issued);
     rs_.run(rank_, buf, count);
     dev_.comm_copy(dst, mine, own);  // keep this rank's shard of the sums
@@ -281,7 +289,7 @@ void ShardedStep::update(float lr) {
   for (int u : layout_.forward_order) {
     float* buf = w_ + layout_.units[u].offset;
     const size_t count = layout_.units[u].count;
-    q_.submit([=, this](CommQueue::Clock::time_point issued) {
+    submit([=, this](CommQueue::Clock::time_point issued) {
       ag_.issue(rank_, issued);
       ag_.run(rank_, buf, count);
     });

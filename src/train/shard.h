@@ -129,6 +129,8 @@ class ShardedStep final : public ParamSource {
   void gather(int slot, int unit);
   int bucket_for(int unit);  // the gradient bucket of unit, free for backward to write
   void wait_exposed(long ticket);
+  // Queues a job; inline (overlap off) the compute side stands still while it runs: exposed.
+  long submit(CommQueue::Job job);
 
   const ShardMode mode_;
   const ShardLayout layout_;
