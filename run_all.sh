@@ -23,10 +23,14 @@ usage: ./run_all.sh [--quick | --full] [--suite NAME]... [--devices LIST] [--pee
                   loss plateau (default without a GPU); every output says quick
   --full          the suites' full settings (default with a GPU; hours on a CPU)
   --suite NAME    a suite from scenarios/ (repeatable or comma list; default: every suite marked
-                  default = yes: micro, d2l-lenet, d2l-resnet18, memory, scaling, sync). `smoke`
-                  is CI's. memory: peak memory per device and what fits in 24 GiB beside the
-                  sharding notebook (plans on the meta backend, `dpbench fit`; its table in
-                  summary.txt, plots memory_memory and fit_memory)
+                  default = yes: micro, d2l-lenet, d2l-resnet18, memory, scaling, sharding,
+                  sync). `smoke` is CI's. memory: peak memory per device and what fits in 24 GiB
+                  beside the sharding notebook (plans on the meta backend, `dpbench fit`; its
+                  table in summary.txt, plots memory_memory and fit_memory). sharding: --shard
+                  none|optimizer|gradients|parameters (replicated, ZeRO-1/2/3) at k = 1, 2, 4 on
+                  the notebook's MLP (quick: an 8 x 512 one; full: ResNet-18 too), the emulated
+                  link, what fits per mode; PyTorch's ZeroRedundancyOptimizer with --peers (its
+                  table in summary.txt and summary-sharding.md/.csv, plots sharding_*)
   --devices LIST  device counts to run, e.g. 1,2 (default 1,2,4; `--devices max` runs use the
                   largest)
   --peers         also run the peers (peers/: PyTorch on 1 device, PyTorch DDP and JAX on k,

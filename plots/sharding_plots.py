@@ -150,8 +150,8 @@ def comm(p, Skip, suite):
     _per_mode_lines(p, Skip, suite, lambda r: r["comm_bytes"] / 2**20
                     if r["comm_bytes"] is not None else None,
                     "MiB rank 0 sends per step (comm_bytes)", "sharding_comm",
-                    f"Bytes on the wire per --shard mode (suite {suite}; ZeRO-3 moves 1.5x "
-                    "replicated's)")
+                    f"Bytes on the wire per --shard mode (suite {suite}; replicated: a ring "
+                    "all-reduce, 2 (k-1)/k x 4P bytes)")
 
 
 def fit(p, Skip, suite):

@@ -132,8 +132,9 @@ def fit_table(fits):
     for r in fits:
         groups.setdefault(fit_key(r), []).append(r)
     for (vary, words, cap), rs in groups.items():
+        # at the search's limit the answer is a lower bound: no ratio from it
         base = {r["devices"]: r["answer"] for r in rs if (r.get("shard") or "none") == "none"
-                and r["fits"]}
+                and r["fits"] and not r.get("limit_hit")}
         rs.sort(key=lambda r: (MODES.index(r.get("shard") or "none") if (r.get("shard") or
                                "none") in MODES else 9, r["devices"]))
         for r in rs:
@@ -147,7 +148,7 @@ def fit_table(fits):
             if r.get("limit_hit"):
                 largest += " (search limit)"
             ratio = r["answer"] / base[r["devices"]] if r["fits"] and base.get(r["devices"]) \
-                else None
+                and not r.get("limit_hit") else None
             table.append((vary, words, mr.size(cap), MODE_NAME.get(mode, mode), r["devices"],
                           largest, r["global_batch"] if r["fits"] else "-",
                           mr.size(r["peak_mem_bytes"]), _f(ratio, ".2f") + "x"
@@ -235,8 +236,10 @@ def report_lines(out_dir, suite=SUITE, manifest=None, write=True):
     if rows:
         notes.append("states/ZeRO: parameters + gradients + optimizer state per device over "
                      "ZeRO's arithmetic for fp32 with P parameters (Adam: replicated 16P, ZeRO-1 "
-                     "8P + 8P/k, ZeRO-2 4P + 12P/k, ZeRO-3 16P/k); ZeRO-3's parameters also hold "
-                     "the gathered layer and the prefetch, so its ratio exceeds 1 by those.")
+                     "8P + 8P/k, ZeRO-2 4P + 12P/k, ZeRO-3 16P/k). Above 1 by the units in "
+                     "flight: ZeRO-2's gradients also hold its two gradient buckets, ZeRO-3's "
+                     "parameters and gradients its two gathered slots (the layer in use and the "
+                     "prefetched one); a unit is a --grad-sync bucket of whole layers.")
     if any(r["source"] == "peak_rss" for r in rows):
         notes.append("peak/device of a CPU peer: its process's peak resident set "
                      "(interpreter, libraries, data); its categories are the tensors torch holds "

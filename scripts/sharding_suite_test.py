@@ -9,7 +9,7 @@ arithmetic) and fit JSON: sharding.csv, fit-sharding.csv (its shard column), the
 (summary.txt, summary-sharding.md and .csv: ZeRO's formula recognized, the fit ratios, ZeRO-1
 beside a torch-zero1 row) and the figures (where matplotlib is). Given a build folder whose dpbench
 has --shard, also the real quick runs at k = 2 in every mode (seconds): the modes' losses agree,
-ZeRO-3 sends 1.5x replicated's bytes, the sharded categories shrink.
+the bytes each sends per step against replicated's, the sharded categories shrink.
   python3 scripts/sharding_suite_test.py [BUILD_DIR]
 """
 import csv
@@ -308,9 +308,17 @@ class ShardingReal(unittest.TestCase):
             loss = rr["none"]["first_loss"]
             for m in MODES:
                 self.assertAlmostEqual(rr[m]["first_loss"], loss, delta=1e-4 * max(1, loss), msg=m)
-                self.assertGreater(rr[m]["comm_bytes"] or 0, 0, m)
-            self.assertAlmostEqual(rr["parameters"]["comm_bytes"] / rr["none"]["comm_bytes"], 1.5,
-                                   delta=0.05)
+            if rr["none"]["comm_bytes"] is None:  # a dpbench before the comm_bytes column
+                print("note: this dpbench writes no comm_bytes; not checked", file=sys.stderr)
+            else:
+                # rank 0's bytes per step over replicated's (a ring all-reduce, 2 (k-1)/k 4P):
+                # ZeRO-1 all-reduces and all-gathers (1.5), ZeRO-2 reduce-scatters and
+                # all-gathers (1.0), ZeRO-3 gathers for forward and backward and reduce-scatters
+                # (1.5 less the unit backward finds still gathered)
+                ratio = {m: rr[m]["comm_bytes"] / rr["none"]["comm_bytes"] for m in MODES}
+                self.assertAlmostEqual(ratio["optimizer"], 1.5, delta=0.01, msg=ratio)
+                self.assertAlmostEqual(ratio["gradients"], 1.0, delta=0.01, msg=ratio)
+                self.assertTrue(1.3 < ratio["parameters"] <= 1.5, ratio)
             br = {m: rr[m]["breakdown"] for m in MODES}
             self.assertLess(br["optimizer"]["optimizer_state"], br["none"]["optimizer_state"])
             self.assertLess(br["gradients"]["gradients"], br["none"]["gradients"])
