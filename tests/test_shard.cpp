@@ -12,7 +12,8 @@
 //     ZeRO's formula (zero_formula) within 5%, plus the measured rest; meta and CPU backends.
 //   Bytes (item 4): one step sends, per rank, exactly the schedule's bytes (ShardedStep::traffic,
 //     shard_unit_calls, schedule_sent_bytes), and ZeRO-3 sends 1.5x the replicated volume.
-//   ./dpb_tests --gtest_filter='Shard*'
+// Process mode: ctest mpi_shard_train (tests/mpi_shard_train_test.sh).
+//   ./dpb_tests --gtest_filter='ShardTrain.*:ShardLayout.*:ShardOrder.*:ShardFailure.*:ShardMemoryModel.*:ShardBytes.*'
 #include <gtest/gtest.h>
 
 #include <algorithm>
