@@ -59,7 +59,7 @@ step_asan() {
 step_tsan() {
   configure build-tsan thread
   cmake --build build-tsan -j "$jobs" --target dpb_tests
-  local filter='AllReduce*:CommGroup*:HostBarrier*:GradSync*:Train*:Async*:DataSynthetic*'
+  local filter='AllReduce*:CommGroup*:HostBarrier*:GradSync*:Train*:Async*:DataSynthetic*:ShardTrain.EveryMode*:ShardFailure*'
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp" \
   OMP_NUM_THREADS=1 \
     build-tsan/dpb_tests --gtest_filter="$filter" --gtest_brief=1

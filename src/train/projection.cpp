@@ -106,23 +106,21 @@ RawSteps measure_one(Replica& rep, int batch, int steps, const std::function<voi
     load_batch(rep, img.data(), lab.data(), batch);
     dev.synchronize();
     const double d = since(t);
-    // step_forward's and step_backward's (reduce = false) bodies, with the model reading its
-    // parameters through `clocked` (the replica's own view, timed) instead of rep.params().
+    // The trainer's step functions (no communication), the model reading its parameters
+    // through `clocked` (the replica's own view, timed).
     clocked.start();
     t = Clock::now();
-    const float* logits = rep.model->forward(clocked, rep.x.get(), batch, true);
-    rep.loss->apply(dev, batch, kClasses, logits, rep.y.get(), 1.0f / float(batch),
-                    rep.dlogits.get(), rep.stats.get());
+    step_forward(rep, batch, 1.0f / float(batch), &clocked);
     dev.synchronize();
     const double f = since(t);
     std::vector<double> fa = clocked.at();
     std::vector<double> r(np, -1.0);
     clocked.start();
     t = Clock::now();
-    rep.model->backward(clocked, rep.dlogits.get(), batch, [&](int i) {
+    step_backward(rep, batch, false, [&](int i) {
       dev.synchronize();  // CUDA: the gradient is final when the stream gets here
       r[i] = since(t);
-    });
+    }, &clocked);
     dev.synchronize();
     const double b = since(t);
     std::vector<double> ba = clocked.at();

@@ -282,8 +282,7 @@ void ShardedStep::update(float lr) {
   }
   opt_.step(segs, lr);
   if (mode_ == ShardMode::Parameters) {  // the gathered copies are stale now
-    for (Slot& s : pslot_) s.unit = -1;
-    cur_ = -1;
+    release_gathered();
     return;
   }
   for (int u : layout_.forward_order) {
@@ -297,13 +296,18 @@ void ShardedStep::update(float lr) {
   wait_exposed(q_.submitted());
 }
 
+void ShardedStep::release_gathered() {
+  for (Slot& s : pslot_) s.unit = -1;
+  cur_ = -1;
+  phase_ = Phase::Idle;
+}
+
 void ShardedStep::load_shard(const float* host_full) {
   DPB_CHECK(mode_ == ShardMode::Parameters, "load_shard: only --shard parameters keeps a shard");
   for (size_t u = 0; u < layout_.units.size(); ++u)
     if (layout_.own_size[u] > 0)
       dev_.upload(w_ + layout_.compact[u], host_full + layout_.own_begin[u], layout_.own_size[u]);
-  for (Slot& s : pslot_) s.unit = -1;
-  cur_ = -1;
+  release_gathered();
 }
 
 void ShardedStep::download_full(float* host_full) {
@@ -317,7 +321,7 @@ void ShardedStep::download_full(float* host_full) {
     const float* p = param(unit.first_param);  // the unit's start
     dev_.download(host_full + unit.offset, p, unit.count);
   }
-  phase_ = Phase::Idle;
+  release_gathered();
 }
 
 size_t ShardMemory::total() const { return parameters + gradients + optimizer_state; }

@@ -111,6 +111,9 @@ class ShardedStep final : public ParamSource {
   // The optimizer on this rank's shard, then (optimizer, gradients) the parameters all-gathered.
   void update(float lr);
 
+  // Forgets the gathered units (parameters), so that the next training step gathers what it uses
+  // whatever ran before it (evaluation, download_full): every step sends the same bytes.
+  void release_gathered();
   // parameters: this rank's chunks of the full host parameters into its shard (initialization).
   void load_shard(const float* host_full);
   // The full parameters to host (every rank calls it: parameters gathers each unit).

@@ -137,19 +137,20 @@ void load_examples(Replica& rep, const Split& split, const int* idx, int n) {
   rep.data_timer->end();
 }
 
-void step_forward(Replica& rep, int n, float loss_scale) {
+void step_forward(Replica& rep, int n, float loss_scale, ParamSource* via) {
   if (n == 0) {  // sharded parameters: this rank still takes part in the gathers
     if (rep.shard) rep.shard->skip_forward();
     return;
   }
   NvtxRange nv("forward");
   if (rep.shard) rep.shard->begin_forward();
-  const float* logits = rep.model->forward(rep.params(), rep.x.get(), n, true);
+  const float* logits = rep.model->forward(via ? *via : rep.params(), rep.x.get(), n, true);
   rep.loss->apply(*rep.dev, n, kClasses, logits, rep.y.get(), loss_scale, rep.dlogits.get(),
                   rep.stats.get());
 }
 
-void step_backward(Replica& rep, int n, bool reduce, const std::function<void(int)>& on_ready) {
+void step_backward(Replica& rep, int n, bool reduce, const std::function<void(int)>& on_ready,
+                   ParamSource* via) {
   NvtxRange nv("backward");
   DPB_CHECK(reduce || !rep.shard, "a sharded step always communicates (step_backward reduce)");
   GradSync* sync = reduce ? rep.sync.get() : nullptr;
@@ -161,7 +162,7 @@ void step_backward(Replica& rep, int n, bool reduce, const std::function<void(in
     if (shard) shard->grad_ready(i);
     if (on_ready) on_ready(i);
   };
-  ParamSource& ps = rep.params();
+  ParamSource& ps = via ? *via : rep.params();
   if (n > 0) {
     rep.model->backward(ps, rep.dlogits.get(), n, ready);
   } else {  // an empty shard (last partial batch smaller than k) contributes zeros
@@ -275,6 +276,7 @@ void evaluate_peer(Replica& rep, const Split& split, int batch) {
   if (!rep.shard || rep.shard->mode() != ShardMode::Parameters) return;  // nothing to take part in
   NvtxRange nv("evaluate (gathers)");
   for (int i0 = 0; i0 < split.n; i0 += batch) rep.shard->skip_forward();
+  rep.shard->release_gathered();
 }
 
 double evaluate(Replica& rep, const Split& split, int batch_limit) {
@@ -293,6 +295,7 @@ double evaluate(Replica& rep, const Split& split, int batch_limit) {
     const float* logits = rep.model->forward(rep.params(), rep.x.get(), n, false);
     rep.loss->apply(dev, n, kClasses, logits, rep.y.get(), 1.0f, nullptr, rep.stats.get());
   }
+  if (rep.shard) rep.shard->release_gathered();  // the next step gathers as every step does
   float ev[2];
   dev.download(ev, rep.stats.get(), 2);
   return ev[1] / split.n;

@@ -113,13 +113,15 @@ void load_examples(Replica& rep, const Split& split, const int* idx, int n);
 
 // The step, in four parts. n: this rank's examples (may be 0: it then contributes zero
 // gradients). loss_scale: 1 / global batch, so that k ranks compute the same update as one.
-void step_forward(Replica& rep, int n, float loss_scale);
+// via (optional): the model reads its parameters (and writes its gradients) through it instead of
+// rep.params(): a wrapper of rep.params(), e.g. the projection's profile clocking each first use.
+void step_forward(Replica& rep, int n, float loss_scale, ParamSource* via = nullptr);
 // Backward; with reduce, every parameter's gradient is handed to the GradSync as soon as it is
 // final (grad_ready), which launches its all-reduce when overlap is on. Without, no communication.
 // on_ready (when set; `dpbench project`'s profile clocks it): called with each parameter's index
 // once its gradient is final, after the GradSync has it.
 void step_backward(Replica& rep, int n, bool reduce,
-                   const std::function<void(int)>& on_ready = nullptr);
+                   const std::function<void(int)>& on_ready = nullptr, ParamSource* via = nullptr);
 // GradSync::finish / ShardedStep::finish_backward: the gradients are summed over the ranks.
 void step_sync_wait(Replica& rep);
 // The replica's optimizer (sharded: on its shard, then the parameters all-gathered).
