@@ -17,7 +17,8 @@
 # GPU the rest SKIP), selftest, lenet (1 rank; 2 ranks ring + buckets + overlap: in sync, comm_s
 # > 0, shared_gpu on one GPU; 3 epochs, test accuracy >= 0.5), allreduce (2 ranks, 8 B - 64 MiB,
 # exact sums), nvtx, nccl (1 rank; 2 ranks run, or on one GPU are refused without a hang), params
-# (CUDA vs CPU parameters after the same training), resnet, gtest (the Cuda* unit tests),
+# (CUDA vs CPU parameters after the same training), shard (--shard optimizer|gradients|parameters
+# at 2 ranks against 1 replicated), resnet, gtest (the Cuda* unit tests),
 # cuda_sync (DPB_CUDA_SYNC=1), sanitizer (only with DPB_GPU_CHECK_SANITIZER=1).
 # Writes to the output folder: summary.txt (the verdicts, appended as each step ends, so a check
 # cut short keeps what it finished), gpucheck/ (every log, CSV, JSON, XML; env.txt in the bundle)
@@ -30,7 +31,7 @@ ARGS=("$@")
 DRY=${DPB_GPU_CHECK_DRYRUN:-0}
 OUTDIR=${OUT:-$PWD/gpucheck-out}
 ONLY="" BUNDLE="" BUILD="" LIST=0
-STEPS=(libraries info selftest lenet allreduce nvtx nccl params resnet gtest cuda_sync sanitizer)
+STEPS=(libraries info selftest lenet allreduce nvtx nccl params shard resnet gtest cuda_sync sanitizer)
 
 usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
@@ -328,6 +329,35 @@ step_params() {
   { [ $arc = 2 ] || [ $brc = 2 ]; } && v=WARN
   { [ $arc = 1 ] || [ $brc = 1 ]; } && v=FAIL
   verdict $v params_match "$CMP_BE k1 vs k2: $a| cpu vs $CMP_BE: $b"
+}
+
+# shard: --shard on the device: LeNet with Adam, 1 rank replicated against 2 ranks in each
+# sharded mode (ring's reduce-scatter and all-gather, two units per step overlapped, ranks sharing
+# the GPU on one), parameters compared as in params (warn 1e-3, fail 1e-2 of the update).
+step_shard() {
+  local rc=0 m out="" v=PASS r rrc
+  local S=("${CMP[@]}" --optimizer adam --lr 1e-3 --allreduce ring --grad-sync bucketed \
+           --bucket-mb 0.1 --overlap on)
+  run shard_init 90 dpbench train --backend cpu --seed 1 --quiet --model lenet --epochs 1 \
+    --batch 256 --train-limit 256 --test-limit 16 --lr 1e-30 --dump-params "$LOGS/s_init.bin" || rc=$?
+  [ $rc = 0 ] && { run shard_k1 120 dpbench train --backend $CMP_BE --seed 1 --quiet "${S[@]}" \
+    --devices 1 --dump-params "$LOGS/s_k1.bin" || rc=$?; }
+  for m in optimizer gradients parameters; do
+    [ $rc = 0 ] || break
+    run "shard_$m" 150 dpbench train --backend $CMP_BE --seed 1 --quiet "${S[@]}" --devices 2 \
+      --shard $m --csv "$LOGS/shard_$m.csv" --dump-params "$LOGS/s_$m.bin" || { rc=$?; break; }
+    r=$(report "shard_$m" compare "$LOGS/s_k1.bin" "$LOGS/s_$m.bin" "$LOGS/s_init.bin" 1e-3 1e-2)
+    rrc=$?
+    out+="$m: $r| "
+    [ $rrc = 2 ] && [ $v = PASS ] && v=WARN
+    [ $rrc = 1 ] && v=FAIL
+  done
+  if [ $rc != 0 ]; then
+    local last; last=$(ls -t "$LOGS"/shard_*.log | head -1)
+    verdict FAIL shard_match "$(why $rc "$(basename "$last" .log)")"
+    return
+  fi
+  verdict $v shard_match "$CMP_BE k1 replicated vs k2 --shard ${out% | }"
 }
 
 # resnet: ResNet-18 (cuDNN batch norm, 1x1 / stride-2 convolutions): 1 rank, then 2 overlapped.
