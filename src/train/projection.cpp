@@ -550,10 +550,7 @@ void check_cost_models(const ProjectConfig& cfg, BackendKind kind) {
   if (cfg.shard == ShardMode::None) return;
   for (Collective c : {Collective::ReduceScatter, Collective::AllGather}) {
     const auto& table = collective_algorithms(c);
-    const AllReduceEntry* e = find_entry(table, cfg.allreduce);
-    DPB_CHECK(e, "--shard " << to_string(cfg.shard) << ": runs " << collective_name(c)
-                            << " with --allreduce's algorithm, and '" << cfg.allreduce
-                            << "' has none (valid: " << entry_names(table) << ")");
+    const AllReduceEntry* e = &shard_collective(cfg.shard, c, cfg.allreduce);
     std::string have;
     for (const AllReduceEntry& o : table)
       if (o.link_cost) have += (have.empty() ? "" : ", ") + o.name;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "collectives/registry.h"
 #include "src/core/check.h"
 #include "src/core/registry.h"
 
@@ -38,6 +39,15 @@ const ShardModeEntry& shard_mode_entry(ShardMode m) {
 }
 
 std::string to_string(ShardMode m) { return shard_mode_entry(m).name; }
+
+const AllReduceEntry& shard_collective(ShardMode m, Collective c, const std::string& algorithm) {
+  const auto& table = collective_algorithms(c);
+  const AllReduceEntry* e = find_entry(table, algorithm);
+  DPB_CHECK(e, "--shard " << to_string(m) << ": runs " << collective_name(c)
+                          << " with --allreduce's algorithm, and '" << algorithm
+                          << "' has none (valid: " << entry_names(table) << ")");
+  return *e;
+}
 
 ShardLayout make_shard_layout(const std::vector<ParamInfo>& params, const GradSyncConfig& cfg,
                               int k, int rank) {

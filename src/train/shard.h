@@ -57,6 +57,11 @@ std::string to_string(ShardMode m);
 // Sharded modes shard the optimizer state, and from gradients on the gradients.
 inline bool shards_gradients(ShardMode m) { return m == ShardMode::Gradients || m == ShardMode::Parameters; }
 
+struct AllReduceEntry;
+// The entry of c's table (reduce-scatter, all-gather) that --shard `m` runs for --allreduce's
+// `algorithm`; throws "--shard M: runs C with --allreduce's algorithm, and 'x' has none (valid: ...)".
+const AllReduceEntry& shard_collective(ShardMode m, Collective c, const std::string& algorithm);
+
 // How rank `rank` of k shards a model (no device needed: planners and tests use it too).
 struct ShardLayout {
   int k = 1, rank = 0;

@@ -226,11 +226,7 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
   find_optimizer(cfg.optimizer);  // throws "--optimizer: unknown optimizer ..."
   if (cfg.shard != ShardMode::None) {  // its collectives are --allreduce's in their tables
     for (Collective c : {Collective::ReduceScatter, Collective::AllGather}) {
-      const auto& table = collective_algorithms(c);
-      const AllReduceEntry* e = find_entry(table, cfg.allreduce);
-      DPB_CHECK(e, "--shard " << to_string(cfg.shard) << ": runs " << collective_name(c)
-                              << " with --allreduce's algorithm, and '" << cfg.allreduce
-                              << "' has none (valid: " << entry_names(table) << ")");
+      const AllReduceEntry* e = &shard_collective(cfg.shard, c, cfg.allreduce);
       const std::string no = allreduce_refusal(*e, cfg.devices, backend.kind, cfg.launcher(),
                                                cfg.procs.active() ? cfg.procs.local_size : 0);
       DPB_CHECK(no.empty(), "--shard " << to_string(cfg.shard) << ": " << no);
