@@ -95,3 +95,12 @@ def report(epoch, train_loss, train_acc, test_acc, epoch_s, images, **extra):
     print(f"epoch {epoch}: loss {train_loss:.4f} train acc {train_acc:.4f} test acc "
           f"{test_acc:.4f} {epoch_s:.2f} s {rec['images_per_s']:.0f} img/s", flush=True)
     print("DPB_PEER " + json.dumps(rec), flush=True)
+
+
+def end_process_group(dist):
+    """Every rank leaves the torch.distributed group together: a barrier (rank 0 may still be
+    evaluating), then the group is destroyed. Without the barrier a rank that got to its end first
+    can sit in Gloo's teardown while rank 0, the TCPStore's host, exits; torch 1.13's store client
+    then spins forever (seen in CI: rank 1 at 100% CPU long after rank 0 had finished)."""
+    dist.barrier()
+    dist.destroy_process_group()

@@ -248,7 +248,7 @@ def run(rank, a, port):
                           threads=common.threads(a, k), torch=torch.__version__, blas=blas,
                           math=common.math_mode(a))
     if dist.is_initialized():
-        dist.destroy_process_group()
+        common.end_process_group(dist)
 
 
 def main():

@@ -94,7 +94,7 @@ def run(rank, a, port):
                           threads=common.threads(a, k), torch=torch.__version__,
                           math=common.math_mode(a))
     if k > 1:
-        dist.destroy_process_group()
+        common.end_process_group(dist)
 
 
 def main():
