@@ -141,6 +141,17 @@ class Plotter:
             lines.append(notes)
         fig.suptitle("\n".join(lines), fontsize=10)
 
+    def figure_legend(self, fig, axes, y):
+        """One legend below the figure for every label of axes (each once, first handle kept)."""
+        handles, labels = [], []
+        for ax in axes:
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                if lab not in labels:
+                    handles.append(h)
+                    labels.append(lab)
+        fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)),
+                   bbox_to_anchor=(0.5, y), fontsize=7)
+
     def save(self, fig, name):
         os.makedirs(self.plots, exist_ok=True)
         for ext in ("png", "svg"):

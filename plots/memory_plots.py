@@ -87,14 +87,7 @@ def memory(p, Skip, suite):
         ax.set_ylabel(f"peak per device ({unit})")
         ax.set_title(words, fontsize=9)
         ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
-    handles, labels = [], []
-    for ax in axes[0]:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)),
-               bbox_to_anchor=(0.5, -0.08), fontsize=7)
+    p.figure_legend(fig, axes[0], -0.08)
     p.title(fig, f"Peak memory per device by category (suite {suite}; hatched: planned on the "
             "meta backend, no math)", [], "peers: their process's or allocator's peak (marker)")
     p.save(fig, f"memory_{suite}")

@@ -44,17 +44,6 @@ def _title(words, plan, link):
         ("" if link == "-" else f"\nEMULATED link {link}")
 
 
-def _legend(fig, axes):
-    handles, labels = [], []
-    for ax in axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)),
-               bbox_to_anchor=(0.5, -0.1), fontsize=7)
-
-
 def memory(p, Skip, suite):
     rows = [r for r in sr.sharding_rows(p.dir, suite, p.manifest)
             if r["impl"] == "dpbench" and r["peak"] is not None and not r["link_gbps"]]
@@ -96,7 +85,7 @@ def memory(p, Skip, suite):
         ax.set_ylabel(f"peak per device ({unit})")
         ax.set_title(_title(*panel) + f", batch {pr[0]['global_batch']}", fontsize=8)
         ax.set_ylim(0, ax.get_ylim()[1] * 1.12)
-    _legend(fig, axes[0])
+    p.figure_legend(fig, axes[0], -0.1)
     p.title(fig, f"Memory per device by category and --shard mode (suite {suite}; bars per k: "
             "replicated, ZeRO-1, ZeRO-2, ZeRO-3)", [])
     p.save(fig, "sharding_memory")
@@ -129,7 +118,7 @@ def _per_mode_lines(p, Skip, suite, value, ylabel, name, title, extra=None):
         ax.set_ylabel(ylabel)
         ax.set_ylim(0, ax.get_ylim()[1] * 1.1)
         ax.set_title(_title(*panel), fontsize=8)
-    _legend(fig, axes[0])
+    p.figure_legend(fig, axes[0], -0.1)
     p.title(fig, title, [])
     p.save(fig, name)
 
