@@ -3,6 +3,7 @@
 // host staging in plain memory (CUDA overrides it with pinned memory).
 #include <chrono>
 #include <new>
+#include <utility>
 
 #include "src/core/check.h"
 
@@ -24,7 +25,27 @@ class HostStreamTimer final : public StreamTimer {
   double total_ = 0;
 };
 
+class HostStamps final : public StreamStamps {
+ public:
+  size_t stamp() override {
+    t_.push_back(steady_seconds());
+    return t_.size() - 1;
+  }
+  std::vector<double> take() override { return std::exchange(t_, {}); }
+
+ private:
+  std::vector<double> t_;
+};
+
 }  // namespace
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::unique_ptr<StreamStamps> Device::make_stamps(StreamKind) {
+  return std::make_unique<HostStamps>();
+}
 
 float* Device::alloc_host(size_t n, const char* what) {
   float* p = new (std::nothrow) float[n ? n : 1]();

@@ -55,6 +55,23 @@ class StreamTimer {
   virtual void reset() = 0;
 };
 
+// Points on one stream whose times are known once the stream has passed them: what a rank's
+// timeline (src/core/timeline.h) is recorded with. Times are seconds of the host's steady clock
+// (CUDA: each event's offset from an anchor event the host waited for; the async test device: the
+// stream worker's clock when it reached the point; CPU: the host clock at stamp()). One thread
+// stamps; take() is called by it or once the stamping thread is idle.
+class StreamStamps {
+ public:
+  virtual ~StreamStamps() = default;
+  // Records a point after the work issued on the stream so far; returns its index since take().
+  virtual size_t stamp() = 0;
+  // Waits until the stream has passed every point; returns their times in order and starts over.
+  virtual std::vector<double> take() = 0;
+};
+
+// Seconds of the host's steady clock now (the clock of StreamStamps::take()).
+double steady_seconds();
+
 struct ConvShape {  // x (n, c, h, w) * w (k, c, r, s) -> y (n, k, oh, ow); bias (k)
   int n = 0, c = 0, h = 0, w = 0, k = 0, r = 0, s = 0, pad = 0, stride = 1;
   int oh() const { return (h + 2 * pad - r) / stride + 1; }
@@ -215,6 +232,8 @@ class Device : public MemoryOwner {
   virtual void cancel_waits(const std::string& why) { (void)why; }
   // A timer for work issued on stream s (see StreamTimer). Default: the host clock.
   virtual std::unique_ptr<StreamTimer> make_timer(StreamKind s);
+  // Stamps on stream s (see StreamStamps). Default: the host clock.
+  virtual std::unique_ptr<StreamStamps> make_stamps(StreamKind s);
 };
 
 // Owns n floats that Free(owner, p) gives back when it dies or is reset; movable, not copyable.

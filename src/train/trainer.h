@@ -23,6 +23,7 @@
 #include "src/core/memory.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
+#include "src/train/inject.h"
 #include "src/train/shard.h"
 
 namespace dpb {
@@ -62,6 +63,8 @@ struct TrainConfig {
   LinkSpec link;  // emulated link between ranks (CPU backend); disabled: real memory copies
   bool progress = true;  // progress lines on stderr during long epochs
   ProcessPlace procs;    // one rank per process (MPI initialized by the caller), or threads
+  Injections inject;     // --inject: delays and slow links on purpose (inject.h)
+  bool trace = false;    // keep every rank's spans (host track too) for --trace (TrainResult::trace)
   Launcher launcher() const { return procs.active() ? Launcher::Mpi : Launcher::Threads; }
 };
 
