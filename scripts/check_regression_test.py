@@ -8,7 +8,8 @@ backend) and of which peers repeat which runs (scripts/peerlib.py). scripts/test
 For each baseline: an identical copy passes; planted regressions fail (every accuracy -0.1; the
 2-device runs' epochs 3x slower; a run the manifest shows as failed); what a run does not hold is
 skipped, not failed (a suite left out, a run never started, peer rows); an older CSV without the
-impl column still reads. Standard library only.
+impl column still reads; unusable input (a truncated, binary or column-less CSV, a manifest or
+benchmark JSON cut short) is exit 2 naming the file. Standard library only.
 """
 import csv
 import glob
@@ -138,6 +139,57 @@ def test_baseline(base, tmp):
     check("a CSV without the impl column reads", d, base, 0, ["no regression"])
 
 
+def test_unusable(base, tmp):
+    """Issue 25: unusable input is exit 2 naming the file, never a traceback or exit 1 (the
+    regression code): a suite CSV truncated, binary, without columns, with text in a number;
+    a manifest or benchmark JSON that is not JSON. Either side (run or baseline)."""
+    victim = os.path.basename(suite_csvs(base)[0])
+
+    def cut(data):  # the last row cut mid-line, as a copy or a run stopped short leaves it
+        return data[:len(data) - len(data.splitlines()[-1]) // 2 - 1]
+
+    def text_in_number(data):
+        head, first = data.decode().splitlines()[:2]
+        i = head.split(",").index("train_loss")
+        row = first.split(",")
+        row[i] = "abc"
+        return data.replace(first.encode(), ",".join(row).encode(), 1)
+
+    micro = sorted(glob.glob(os.path.join(base, "micro-*.json")))
+    cases = [
+        ("truncated", victim, cut, ["truncated"]),
+        ("a row short of fields", victim, lambda d: d + b"smoke,x\n", ["fields"]),
+        ("binary", victim, lambda d: bytes(range(256)) * 4, ["binary"]),
+        ("not UTF-8", victim, lambda d: b"\xff\xfe" + d, ["not UTF-8"]),
+        ("empty", victim, lambda d: b"", ["empty"]),
+        ("column-less", victim, lambda d: b"a,b\n1,2\n", ["no column"]),
+        ("text in a number", victim, text_in_number, ["is not a number", "train_loss"]),
+        ("manifest not JSON", "manifest.json", lambda d: d[:len(d) // 2], ["manifest"]),
+    ]
+    if micro:
+        cases.append(("benchmark JSON cut", os.path.basename(micro[0]), lambda d: d[:100],
+                      ["benchmark JSON"]))
+    for side in ("run", "baseline"):
+        for what, f, spoil, words in cases:
+            d = copy(base, tmp, f"unusable-{side}-{what.replace(' ', '-')}")
+            path = os.path.join(d, f)
+            with open(path, "rb") as fh:
+                data = fh.read()
+            with open(path, "wb") as fh:
+                fh.write(spoil(data))
+            run_dir, base_dir = (d, base) if side == "run" else (base, d)
+            r = subprocess.run([sys.executable, CHECK, run_dir, base_dir], capture_output=True,
+                               text=True)
+            out = r.stdout + r.stderr
+            ok = (r.returncode == 2 and path in out and "Traceback" not in out
+                  and all(w in out for w in words))
+            print(f"{'ok  ' if ok else 'FAIL'} {os.path.basename(base)}: {side} {f} {what} is "
+                  f"exit 2 naming it (exit {r.returncode})")
+            if not ok:
+                failures.append(f"{os.path.basename(base)}: unusable {side} {f} {what}")
+                print("\n".join("     | " + line for line in out.splitlines()[-12:]))
+
+
 def test_dry_runs():
     """Every suite expands in both modes on both backends (the full-mode runs are what a GPU
     machine runs by default, and what ./run_all.sh --full runs here)."""
@@ -194,6 +246,8 @@ def main():
             sub = os.path.join(tmp, os.path.basename(base))
             os.makedirs(sub)
             test_baseline(base, sub)
+            if base == bases[0]:  # the reading is the same for every baseline
+                test_unusable(base, sub)
     test_dry_runs()
     test_peer_plan()
     print("check_regression_test: " + (f"{len(failures)} FAILED: " + "; ".join(failures)
