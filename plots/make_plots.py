@@ -17,6 +17,8 @@ into RESULTS_DIR/plots/. Needs matplotlib (Debian: python3-matplotlib; run it wi
   fit_<suite>.png           largest batch and deepest MLP that fit vs k (dpbench fit)
   sharding_memory.png       memory per device by category vs k per --shard mode (sharding suite);
   sharding_time/_comm/_fit  step time, bytes sent per step, largest batch / deepest MLP per mode
+  rank_breakdown_<suite>    per rank, the phases of a step stacked and waiting for peers beside
+                            them, per model and k (the traced runs: scripts/breakdown_plot.py)
 
 Every title names the machine (manifest.json) and says when the data are quick subsets; runs with
 ranks sharing one GPU are drawn dashed / hatched. A figure whose data are missing is skipped with a
@@ -43,6 +45,7 @@ import peer_plots  # noqa: E402  (plots/: the peers figure)
 import launcher_plot  # noqa: E402  (plots/: threads vs processes)
 import memory_plots  # noqa: E402  (plots/: the memory suite's figures)
 import sharding_plots  # noqa: E402  (plots/: the sharding suite's figures)
+import breakdown_plot  # noqa: E402  (scripts/: the traced runs' per-rank breakdown)
 from summary import micro_peer_rows  # noqa: E402
 
 MODEL_NAME = {"lenet": "LeNet", "resnet18": "ResNet-18"}
@@ -509,6 +512,7 @@ class Plotter:
             self.attempt(f"memory_{suite}", memory_plots.memory, self, Skip, suite)
             self.attempt(f"fit_{suite}", memory_plots.fit, self, Skip, suite)
         self.attempt("launcher", launcher_plot.launcher, self, Skip)
+        breakdown_plot.all_figures(self, Skip)
 
 
 def main():

@@ -14,6 +14,8 @@ atomically after every run), DIR/micro-<suite>.json (+ .csv when scripts/bench_t
 DIR/fit-<suite>.csv (one row per `dpbench fit` of the suite's [fit] section; its JSON in DIR/fit/),
 DIR/logs/<suite>/<scenario>.log and DIR/manifest.json (machine, versions, every command). Runs
 already in DIR/<suite>.csv are skipped, so an interrupted run continues with the same --out.
+A run's arguments may name files of its own in DIR with {out}, {suite} and {scenario} (sync.ini's
+traced runs: --trace {out}/breakdown/{suite}/{scenario}.trace.json); their folders are made.
 --peers: after each suite's runs, the installed peers (peers/, scripts/peerlib.py) repeat the runs
 its [peers] section names; their rows join the same CSVs with impl = pytorch, pytorch-ddp, jax or
 openmpi.
@@ -278,6 +280,18 @@ class Runner:
         print(f"      done in {wall:.1f} s (rc {rc})", flush=True)
         self.record(entry)
 
+    def own_files(self, run):
+        """run.args with {out}, {suite} and {scenario} replaced: a run's own files in the results
+        folder (sync.ini's traced runs: --trace, --steps-csv); their folders are made here."""
+        args = []
+        for x in run.args:
+            y = x.replace("{out}", self.out).replace("{suite}", run.suite) \
+                .replace("{scenario}", run.name)
+            if "{out}" in x:
+                os.makedirs(os.path.dirname(y) or ".", exist_ok=True)
+            args.append(y)
+        return args
+
     def run_train(self, run, n, total):
         a = self.a
         suite_csv = os.path.join(self.out, f"{run.suite}.csv")
@@ -293,7 +307,7 @@ class Runner:
             os.remove(run_csv)
         # a run that names its backend keeps it (the memory suite's plans: --backend meta)
         backend = [] if "--backend" in run.args else ["--backend", a.backend]
-        cmd = [a.bin, "train"] + run.args + backend + ["--csv", run_csv]
+        cmd = [a.bin, "train"] + self.own_files(run) + backend + ["--csv", run_csv]
         if run.procs:
             cmd = mpirun_prefix(run.procs) + cmd
         if a.wrap:

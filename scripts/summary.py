@@ -4,7 +4,9 @@ one table per suite, the peers next to the dpbench runs they repeat with the rat
 epoch times, and the process-mode runs (<scenario>-mpi, run_all.sh --launcher) beside their
 thread-mode twins, and the memory suite's tables (scripts/memory_report.py: peak per device, what
 fits, the sharding notebook's figures beside them) and the sharding suite's
-(scripts/sharding_report.py: per mode and k, what fits per mode, ZeRO-1 beside PyTorch's). `scripts/run_suite.py summary DIR` rewrites it.
+(scripts/sharding_report.py: per mode and k, what fits per mode, ZeRO-1 beside PyTorch's), and the
+per-rank breakdown of the traced runs (scripts/breakdown_report.py: rank x phase, the straggler).
+`scripts/run_suite.py summary DIR` rewrites it.
 Standard library only.
 """
 import csv
@@ -13,6 +15,7 @@ import json
 import os
 import textwrap
 
+import breakdown_report
 import memory_report
 import sharding_report
 from peerlib import FAMILY
@@ -190,6 +193,9 @@ def summary_text(out_dir, rows):
         if procs:
             lines += ["", f"   {suite}: threads vs processes (mpirun -np k; runs <scenario>-mpi)"]
             lines += ["   " + line for line in render(procs)]
+        ranks = breakdown_report.report_lines(out_dir, suite)  # its traced runs (--steps-csv)
+        if ranks:
+            lines += [""] + ranks
         if suite in memory_suites | set(MEMORY_REPORTS):
             lines += [""] + MEMORY_REPORTS.get(suite, memory_report.report_lines)(
                 out_dir, suite, manifest)
