@@ -2,6 +2,7 @@
 """run_suite.py: run dpbench scenario suites (scenarios/*.ini) into a results folder, and summarize.
 
   scripts/run_suite.py list                                   # the suites and their runs
+      (a suite file that does not read is listed UNUSABLE with its file and line; exit 2)
   scripts/run_suite.py run --out DIR --suite d2l-lenet,micro [--quick|--full] [--devices 1,2,4]
       [--backend cpu|cuda] [--bin build/dpbench] [--micro-bin build/dpbench-micro] [--peers]
       [--set "--lr 0.1"] [--wrap "nsys profile -o DIR/{suite}-{scenario}"] [--dry-run]
@@ -46,7 +47,7 @@ import memory_report as fitlib  # noqa: E402  (the fit rows)
 import peerlib  # noqa: E402
 from suitelib import (FIT_PREFIX, NO_CHECK_NOTE, ROOT, append_rows, append_suite_csv,  # noqa: E402
                       effective_info, expand_runs, load_suite, micro_args, mpi_twins, read_rows,
-                      suite_names, write_json)
+                      suite_names, write_json, SuiteError)
 from summary import write_summary  # noqa: E402
 
 
@@ -512,14 +513,20 @@ def main(argv=None):
     s.add_argument("dir")
     a = p.parse_args(argv)
     if a.cmd == "list":
+        unusable = 0
         for name in suite_names():
-            st = load_suite(name)
+            try:
+                st = load_suite(name)
+            except SuiteError as e:  # listed as such; the other suites stay usable
+                print(f"{name} (UNUSABLE): {e}")
+                unusable += 1
+                continue
             print(f"{name}{'' if st.default else ' (not default)'}: {st.about}")
             for rn, args in {**st.runs, **st.cuda_runs, **st.cpu_runs}.items():
                 print(f"    {rn}: {' '.join(args)}")
             for rn, args in st.fit_runs.items():
                 print(f"    {rn}: dpbench fit {' '.join(args)}")
-        return 0
+        return 2 if unusable else 0
     if a.cmd == "record":
         path = os.path.join(a.dir, "manifest.json")
         if os.path.exists(path):
@@ -533,10 +540,11 @@ def main(argv=None):
     if a.cmd == "summary":
         print(write_summary(a.dir), end="")
         return 0
-    default = sorted((n for n in suite_names() if load_suite(n).default),
-                     key=lambda n: (bool(load_suite(n).runs), n))  # microbenchmarks first
     a.suite_given = any(a.suite)
-    a.suite = [x for s in a.suite for x in s.split(",") if x] or default
+    # Only a default run reads every suite file: --suite X runs while another file is broken.
+    a.suite = [x for s in a.suite for x in s.split(",") if x] or sorted(
+        (n for n in suite_names() if load_suite(n).default),
+        key=lambda n: (bool(load_suite(n).runs), n))  # microbenchmarks first
     for sname in a.suite:
         load_suite(sname)  # unknown names fail before any work
     a.devices_given = a.devices is not None

@@ -62,11 +62,49 @@ class Suite:
         return table[model] if model in table else self.targets.get(model)
 
 
-def _targets(text):
+# The sections of a suite file and their keys; None: keyed by run names or globs.
+SUITE_SECTIONS = {
+    "suite": {"about", "default", "target", "quick_target", "cpu_only_why", "launchers"},
+    "runs": None, "runs.cuda": None, "runs.cpu": None, "fit": None, "quick": None,
+    "micro": {"cpu", "cpu.quick", "cuda", "cuda.quick"},  # backend[.quick] -> dpbench-micro args
+    "peers": {"runs", "micro"},
+}
+
+
+class SuiteError(SystemExit):
+    """A suite file that cannot be used (duplicate or unknown key, unknown section, unclosed
+    quote, ...): the message names the file and the line. The other suites stay usable."""
+
+
+def _line_of(path, section, key=None):
+    """The line number of [section] (or of its `key = ...`) in a suite file; 0 when not found."""
+    current = None
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            t = line.strip()
+            if t.startswith("[") and t.endswith("]"):
+                current = t[1:-1].strip()
+                if key is None and current == section:
+                    return n
+            elif key is not None and current == section and not line[:1].isspace() \
+                    and t.partition("=")[0].strip() == key:
+                return n
+    return 0
+
+
+def _suite_error(path, line, what):
+    return SuiteError(f"run_suite: {path}{f' line {line}' if line else ''}: {what}")
+
+
+def _targets(text, path, key):
     out = {}
     for item in text.split():
         model, _, acc = item.partition(":")
-        out[model] = None if acc == "none" else float(acc)  # none: time only
+        try:
+            out[model] = None if acc == "none" else float(acc)  # none: time only
+        except ValueError:
+            raise _suite_error(path, _line_of(path, "suite", key),
+                               f"{key}: '{item}' is not model:accuracy (or model:none)")
     return out
 
 
@@ -74,36 +112,80 @@ def suite_names():
     return sorted(f[:-4] for f in os.listdir(SCENARIOS) if f.endswith(".ini"))
 
 
+def _parse_suite_file(path):
+    """The file as a ConfigParser, its sections and fixed keys checked (SuiteError otherwise)."""
+    cp = configparser.ConfigParser(interpolation=None, delimiters=("=",), comment_prefixes=("#",),
+                                   inline_comment_prefixes=None, strict=True)
+    cp.optionxform = str  # run names keep their case
+    try:
+        with open(path, encoding="utf-8") as f:
+            cp.read_file(f)
+    except UnicodeDecodeError as e:
+        raise _suite_error(path, 0, f"not UTF-8 text (byte {e.start})")
+    except (configparser.DuplicateOptionError, configparser.DuplicateSectionError) as e:
+        what = (f"[{e.section}] has '{e.option}' twice" if hasattr(e, "option")
+                else f"section [{e.section}] twice")
+        raise _suite_error(path, e.lineno, what)
+    except configparser.MissingSectionHeaderError as e:
+        raise _suite_error(path, e.lineno, f"'{e.line.strip()}' before any [section]")
+    except configparser.ParsingError as e:
+        line, text = e.errors[0]
+        raise _suite_error(path, line, f"not 'key = value': {text.strip()}")
+    except configparser.Error as e:
+        raise _suite_error(path, getattr(e, "lineno", 0), str(e).splitlines()[0])
+    if cp.defaults():
+        raise _suite_error(path, _line_of(path, "DEFAULT"), "unknown section [DEFAULT] (valid: "
+                           + ", ".join(f"[{x}]" for x in SUITE_SECTIONS) + ")")
+    for sec in cp.sections():
+        if sec not in SUITE_SECTIONS:
+            raise _suite_error(path, _line_of(path, sec), f"unknown section [{sec}] (valid: "
+                               + ", ".join(f"[{x}]" for x in SUITE_SECTIONS) + ")")
+        keys = SUITE_SECTIONS[sec]
+        for k in cp[sec]:
+            if keys is not None and k not in keys:
+                raise _suite_error(path, _line_of(path, sec, k),
+                                   f"unknown key '{k}' in [{sec}] (valid: {', '.join(sorted(keys))})")
+    return cp
+
+
+def _split(path, sec, key, value):
+    """shlex.split of a run's arguments; an unclosed quote is a SuiteError naming the line."""
+    try:
+        return shlex.split(value)
+    except ValueError as e:
+        raise _suite_error(path, _line_of(path, sec, key), f"[{sec}] {key}: {e} in: {value}")
+
+
 def load_suite(name):
     path = os.path.join(SCENARIOS, name + ".ini")
     if not os.path.exists(path):
         raise SystemExit(f"run_suite: no suite '{name}' (known: {', '.join(suite_names())})")
-    cp = configparser.ConfigParser(interpolation=None, delimiters=("=",), comment_prefixes=("#",),
-                                   inline_comment_prefixes=None, strict=True)
-    cp.optionxform = str  # run names keep their case
-    cp.read(path)
+    cp = _parse_suite_file(path)
     s = Suite(name)
     sec = cp["suite"] if cp.has_section("suite") else {}
     s.about = sec.get("about", "")
     s.default = sec.get("default", "yes").strip().lower() in ("yes", "true", "1")
-    s.targets = _targets(sec.get("target", ""))
-    s.quick_targets = _targets(sec.get("quick_target", ""))
+    s.targets = _targets(sec.get("target", ""), path, "target")
+    s.quick_targets = _targets(sec.get("quick_target", ""), path, "quick_target")
     s.cpu_why = sec.get("cpu_only_why", "CPU backend only")
     launchers = {x.strip() for x in sec.get("launchers", "threads").split(",") if x.strip()}
     if not launchers <= {"threads", "processes"} or "threads" not in launchers:
-        raise SystemExit(f"run_suite: {path}: [suite] launchers = '{sec.get('launchers')}' "
-                         "(valid: threads | threads, processes)")
+        raise _suite_error(path, _line_of(path, "suite", "launchers"),
+                           f"[suite] launchers = '{sec.get('launchers')}' "
+                           "(valid: threads | threads, processes)")
     s.processes = "processes" in launchers
     for secname, dest in (("runs", s.runs), ("runs.cuda", s.cuda_runs), ("runs.cpu", s.cpu_runs),
                           ("fit", s.fit_runs)):
         if cp.has_section(secname):
             for k, v in cp[secname].items():
-                dest[k] = shlex.split(v)
+                dest[k] = _split(path, secname, k, v)
     if cp.has_section("quick"):
         for k, v in cp["quick"].items():
-            s.quick.append((k, None if v.strip() == "skip" else shlex.split(v)))
+            s.quick.append((k, None if v.strip() == "skip" else _split(path, "quick", k, v)))
     if cp.has_section("micro"):
         s.micro = dict(cp["micro"].items())
+        for k, v in s.micro.items():
+            _split(path, "micro", k, v)  # split where they are used: an unclosed quote fails here
     if cp.has_section("peers"):
         s.peer_runs = cp["peers"].get("runs", "").split()
         s.peer_micro = cp["peers"].get("micro", "no").strip().lower() in ("yes", "true", "1")
