@@ -26,8 +26,9 @@ std::string LinkSpec::label() const {
 
 void validate_link(const LinkSpec& link, const std::string& gbps_opt,
                    const std::string& latency_opt) {
-  DPB_CHECK(std::isfinite(link.gbps) && link.gbps >= 0,
-            gbps_opt << ": must be a number >= 0 (gigabits per second; 0: no limit), got "
+  // Below 1e-6 Gb/s (1 kb/s) a transfer's time overflows the clock (1e-300 paced nothing).
+  DPB_CHECK(std::isfinite(link.gbps) && (link.gbps == 0 || (link.gbps >= 1e-6 && link.gbps <= 1e9)),
+            gbps_opt << ": must be 0 (no limit) or gigabits per second in [1e-6, 1e9], got "
                      << link.gbps);
   DPB_CHECK(std::isfinite(link.latency_us) && link.latency_us >= 0 && link.latency_us <= 1e7,
             latency_opt << ": must be a number of microseconds in [0, 1e7], got "

@@ -1,8 +1,10 @@
 // tuning.cpp: reading and resolving the tuning table of `--allreduce auto` (see tuning.h).
 #include "collectives/tuning.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -21,11 +23,27 @@ std::string binary_bytes(size_t b) {  // 32768 -> "32KiB"; sizes that are not wh
   return std::to_string(b) + units[u];
 }
 
+// A JSON integer field in [lo, hi]: nlohmann's get<> would coerce -5, 1e30 and 100.7 silently.
+// A number beyond uint64 parses as a float, so it is refused as "not an integer" too.
+uint64_t count_field(const nlohmann::json& v, const std::string& at, const char* field, uint64_t lo,
+                     uint64_t hi) {
+  const bool ok = (v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0)) &&
+                  v.get<uint64_t>() >= lo && v.get<uint64_t>() <= hi;
+  DPB_CHECK(ok, at << ": \"" << field << "\" must be an integer in [" << lo << ", " << hi
+                   << "], got " << v.dump());
+  return v.get<uint64_t>();
+}
+
+std::string text_field(const nlohmann::json& v, const std::string& at, const char* field) {
+  DPB_CHECK(v.is_string(), at << ": \"" << field << "\" must be a string, got " << v.dump());
+  return v.get<std::string>();
+}
+
 TuneTable parse_table(const nlohmann::json& t, const std::string& where) {
   TuneTable tab;
   DPB_CHECK(t.is_object() && t.contains("backend") && t.contains("ranks") && t.contains("rules"),
             where << ": needs \"backend\", \"ranks\" and \"rules\"");
-  tab.backend = t["backend"].get<std::string>();
+  tab.backend = text_field(t["backend"], where, "backend");
   std::string kinds;  // the backends' names (src/core/device.h: one per kind)
   bool known = false;
   for (BackendKind b : kBackendKinds) {
@@ -33,8 +51,7 @@ TuneTable parse_table(const nlohmann::json& t, const std::string& where) {
     known = known || tab.backend == backend_kind_name(b);
   }
   DPB_CHECK(known, where << ": unknown backend '" << tab.backend << "' (valid: " << kinds << ")");
-  tab.ranks = t["ranks"].get<int>();
-  DPB_CHECK(tab.ranks >= 1, where << ": ranks must be >= 1, got " << tab.ranks);
+  tab.ranks = int(count_field(t["ranks"], where, "ranks", 1, std::numeric_limits<int>::max()));
   const auto& rules = t["rules"];
   DPB_CHECK(rules.is_array() && !rules.empty(), where << ": \"rules\" must be a non-empty list");
   for (size_t i = 0; i < rules.size(); ++i) {
@@ -43,7 +60,7 @@ TuneTable parse_table(const nlohmann::json& t, const std::string& where) {
     DPB_CHECK(r.is_object() && r.contains("algorithm") && r.contains("up_to_bytes"),
               at << ": needs \"up_to_bytes\" and \"algorithm\"");
     TuneRule rule;
-    rule.algorithm = r["algorithm"].get<std::string>();
+    rule.algorithm = text_field(r["algorithm"], at, "algorithm");
     const AllReduceEntry* e = find_entry(allreduce_algorithms(), rule.algorithm);
     std::string pickers;  // auto: it would pick itself
     for (const AllReduceEntry& a : allreduce_algorithms())
@@ -52,7 +69,9 @@ TuneTable parse_table(const nlohmann::json& t, const std::string& where) {
               at << ": unknown algorithm '" << rule.algorithm << "' (valid: every --allreduce "
                  << "choice but " << pickers << ": " << entry_names(allreduce_algorithms()) << ")");
     rule.unbounded = r["up_to_bytes"].is_null();
-    if (!rule.unbounded) rule.up_to_bytes = r["up_to_bytes"].get<size_t>();
+    if (!rule.unbounded)
+      rule.up_to_bytes = size_t(count_field(r["up_to_bytes"], at, "up_to_bytes", 1,
+                                            std::numeric_limits<uint64_t>::max()));
     DPB_CHECK(rule.unbounded == (i + 1 == rules.size()),
               at << ": only the last rule has \"up_to_bytes\": null (no bound)");
     DPB_CHECK(tab.rules.empty() || rule.unbounded || rule.up_to_bytes > tab.rules.back().up_to_bytes,

@@ -368,5 +368,25 @@ TEST(LinkSpec, ValidationNamesTheOption) {
   EXPECT_NO_THROW(validate_link(LinkSpec{0.2, 50}, "--link-gbps", "--link-latency-us"));
 }
 
+// Issue 25: a bandwidth so small that a transfer's time overflows the clock paced nothing, and a
+// latency past 10 s is no link; both are refused, naming the option. The limits are accepted.
+TEST(LinkSpec, ValidationBounds) {
+  auto refused = [](double g, double l, const char* opt) {
+    try {
+      validate_link(LinkSpec{g, l}, "--link-gbps", "--link-latency-us");
+    } catch (const Error& e) {
+      return std::string(e.what()).find(opt) != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused(1e-300, 0, "--link-gbps"));
+  EXPECT_TRUE(refused(9e-7, 0, "--link-gbps"));
+  EXPECT_TRUE(refused(1e300, 0, "--link-gbps"));
+  EXPECT_TRUE(refused(1, 1.01e7, "--link-latency-us"));
+  EXPECT_NO_THROW(validate_link(LinkSpec{1e-6, 1e7}, "--link-gbps", "--link-latency-us"));
+  EXPECT_NO_THROW(validate_link(LinkSpec{1e9, 0}, "--link-gbps", "--link-latency-us"));
+  EXPECT_NO_THROW(validate_link(LinkSpec{0, 0}, "--link-gbps", "--link-latency-us"));
+}
+
 }  // namespace
 }  // namespace dpb

@@ -126,6 +126,45 @@ TEST(Projection, ProfileJsonRoundTripAndErrors) {
   EXPECT_THROW(profile_from_json(j, "p.json"), Error);
 }
 
+// Issue 25: a profile's numbers are bounded, not cast: forward_s 1e308 gave epoch_s null, ready_s
+// -5 was taken, batch 64.5 became 64. Each error names the file and the field.
+TEST(Projection, ProfileNumbersAreBounded) {
+  const nlohmann::json good = profile_to_json(fake_lenet());
+  auto error_of = [](const nlohmann::json& j) -> std::string {
+    try {
+      profile_from_json(j, "p.json");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error_of(good), "");
+  struct Case { const char* field; nlohmann::json value; const char* named; };
+  const Case cases[] = {
+      {"forward_s", 1e308, "\"forward_s\""},   {"backward_s", -1.0, "\"backward_s\""},
+      {"data_s", 2e6, "\"data_s\""},          {"optimizer_s", "1", "\"optimizer_s\""},
+      {"batch", 64.5, "\"batch\""},           {"batch", 0, "\"batch\""},
+      {"batch", 1e308, "\"batch\""},          {"threads", 1000000, "\"threads\""},
+      {"threads", -1, "\"threads\""},         {"ranks", 4294967297ull, "\"ranks\""},
+      {"steps", -3, "\"steps\""},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = good;
+    j[c.field] = c.value;
+    const std::string e = error_of(j);
+    EXPECT_EQ(e.rfind("p.json: profile field " + std::string(c.named), 0), 0u)
+        << c.field << " = " << c.value.dump() << " -> " << e;
+  }
+  for (const char* key : {"ready_s", "fwd_at_s", "bwd_at_s"})
+    for (const nlohmann::json& bad : {nlohmann::json(-5.0), nlohmann::json(1e308)}) {
+      nlohmann::json j = good;
+      j["params"][1][key] = bad;
+      const std::string e = error_of(j);
+      EXPECT_NE(e.find("p.json: profile field \"params\"[1]." + std::string(key)), std::string::npos)
+          << key << " = " << bad.dump() << " -> " << e;
+    }
+}
+
 TEST(Projection, ProfileJsonRecordsOptimizerAndLoss) {
   StepProfile prof = fake_lenet();
   EXPECT_EQ(profile_from_json(profile_to_json(prof), "p.json").optimizer, "sgd");

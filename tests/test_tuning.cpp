@@ -70,6 +70,31 @@ TEST(Tuning, ErrorsNameTheFileAndEntry) {
   EXPECT_THROW(load_tune_file("/nonexistent/tuning.json"), Error);
 }
 
+// Issue 25: every number of a tuning file is checked, never coerced (up_to_bytes -5 became
+// 2^64-5, 1e30 became 0, 100.7 became 100; ranks 2^31 became -2^31); the error names the file,
+// the table or rule and the field.
+TEST(Tuning, NumbersAreCheckedNotCoerced) {
+  const std::string head = R"({"format": "dpbench-allreduce-tuning/1", "tables": [{"backend": "cpu", )";
+  auto rule = [&](const std::string& up) {
+    return head + R"("ranks": 2, "rules": [{"up_to_bytes": )" + up +
+           R"(, "algorithm": "direct"}, {"up_to_bytes": null, "algorithm": "ring"}]}]})";
+  };
+  for (const char* bad : {"-5", "1e30", "100.7", "0", "18446744073709551616", "\"64\"", "true"}) {
+    const std::string e = error_of(rule(bad));
+    EXPECT_NE(e.find("t.json table 1 rule 1"), std::string::npos) << bad << " -> " << e;
+    EXPECT_NE(e.find("\"up_to_bytes\" must be an integer"), std::string::npos) << bad << " -> " << e;
+  }
+  EXPECT_EQ(error_of(rule("18446744073709551615")), "");  // the largest uint64 is a bound
+  for (const char* bad : {"2147483648", "-1", "0", "2.5", "1e3"}) {
+    const std::string e = error_of(head + R"("ranks": )" + bad +
+                                   R"(, "rules": [{"up_to_bytes": null, "algorithm": "ring"}]}]})");
+    EXPECT_NE(e.find("t.json table 1: \"ranks\" must be an integer"), std::string::npos)
+        << bad << " -> " << e;
+  }
+  const std::string e = error_of(head + R"("ranks": 2, "rules": [{"up_to_bytes": null, "algorithm": 7}]}]})");
+  EXPECT_NE(e.find("rule 1: \"algorithm\" must be a string"), std::string::npos) << e;
+}
+
 TEST(Tuning, NearestTableAndFallbacks) {
   TuneFile f = parse_tune_json(kTable, "t.json");
   std::string why;

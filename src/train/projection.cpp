@@ -19,6 +19,7 @@
 #include "src/model/model.h"
 #include "src/train/loss.h"
 #include "src/train/optimizer.h"
+#include "src/train/run_options.h"
 #include "src/train/step.h"
 
 namespace dpb {
@@ -272,11 +273,28 @@ StepProfile profile_from_json(const nlohmann::json& j, const std::string& source
     DPB_CHECK(j.is_object() && j.contains(key), source << ": profile has no \"" << key << "\"");
     return j.at(key);
   };
-  auto number = [&](const char* key) {
-    const auto& v = field(key);
-    DPB_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0,
-              source << ": profile field \"" << key << "\" must be a number >= 0");
+  // Times are seconds in [0, kMaxSeconds] (1e308 made epoch_s overflow to null, -5 was taken);
+  // counts are integers in their option's range (a cast would truncate 64.5 or wrap 1e308).
+  constexpr double kMaxSeconds = 1e6;
+  auto seconds = [&](const nlohmann::json& v, const std::string& what) {
+    DPB_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0 &&
+                  v.get<double>() <= kMaxSeconds,
+              source << ": profile field " << what << " must be a number of seconds in [0, "
+                     << kMaxSeconds << "], got " << v.dump());
     return v.get<double>();
+  };
+  auto number = [&](const char* key) {
+    return seconds(field(key), "\"" + std::string(key) + "\"");
+  };
+  auto count = [&](const char* key, long long lo, long long hi) {
+    const auto& v = field(key);
+    const bool ok = v.is_number_unsigned()
+                        ? v.get<unsigned long long>() <= (unsigned long long)hi &&
+                              (long long)v.get<unsigned long long>() >= lo
+                        : v.is_number_integer() && v.get<long long>() >= lo && v.get<long long>() <= hi;
+    DPB_CHECK(ok, source << ": profile field \"" << key << "\" must be an integer in [" << lo
+                         << ", " << hi << "], got " << v.dump());
+    return int(v.get<long long>());
   };
   DPB_CHECK(field("format").is_string() && field("format").get<std::string>() == kFormat,
             source << ": not a " << kFormat << " profile (\"format\" is " << field("format") << ")");
@@ -313,31 +331,27 @@ StepProfile profile_from_json(const nlohmann::json& j, const std::string& source
   DPB_CHECK(find_entry(backends(), p.backend) != nullptr,
             source << ": unknown backend '" << p.backend << "' (valid: " << entry_names(backends())
                    << ")");
-  p.threads = int(number("threads"));
-  p.batch = int(number("batch"));
-  p.ranks = j.contains("ranks") ? int(number("ranks")) : 1;
-  DPB_CHECK(p.ranks >= 1, source << ": profile field \"ranks\" must be >= 1");
-  DPB_CHECK(p.batch >= 1, source << ": profile field \"batch\" must be >= 1");
-  p.steps = int(number("steps"));
+  p.threads = count("threads", 0, kMaxThreads);
+  p.batch = count("batch", 1, kMaxBatch);
+  p.ranks = j.contains("ranks") ? count("ranks", 1, kMaxRanks) : 1;
+  p.steps = count("steps", 0, 1 << 30);
   p.data_s = number("data_s");
   p.forward_s = number("forward_s");
   p.backward_s = number("backward_s");
   p.optimizer_s = number("optimizer_s");
   const auto& params = field("params");
   DPB_CHECK(params.is_array(), source << ": \"params\" must be an array");
-  for (const auto& q : params) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& q = params[i];
     DPB_CHECK(q.is_object() && q.contains("floats") && q.contains("ready_s") &&
-                  q["floats"].is_number_integer() && q["floats"].get<long long>() >= 0 &&
-                  q["ready_s"].is_number(),
+                  q["floats"].is_number_integer() && q["floats"].get<long long>() >= 0,
               source << ": every entry of \"params\" needs \"floats\" (count) and \"ready_s\"");
+    const std::string entry = "\"params\"[" + std::to_string(i) + "].";
     auto at = [&](const char* key) {  // optional: older profiles, or not asked in that phase
-      if (!q.contains(key)) return -1.0;
-      DPB_CHECK(q[key].is_number() && q[key].get<double>() >= 0,
-                source << ": \"params\" entry's \"" << key << "\" must be a number >= 0");
-      return q[key].get<double>();
+      return q.contains(key) ? seconds(q[key], entry + key) : -1.0;
     };
-    p.params.push_back({q.value("name", ""), q["floats"].get<size_t>(), q["ready_s"].get<double>(),
-                        at("fwd_at_s"), at("bwd_at_s")});
+    p.params.push_back({q.value("name", ""), q["floats"].get<size_t>(),
+                        seconds(q["ready_s"], entry + "ready_s"), at("fwd_at_s"), at("bwd_at_s")});
   }
   const auto layout = model_param_layout(p.model, p.model_opts);
   DPB_CHECK(layout.size() == p.params.size(),
