@@ -2,12 +2,14 @@
 #include "src/core/files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -110,6 +112,75 @@ std::string csv_base(const std::string& text, const std::string& path, const std
   return text.back() == '\n' ? text : text + "\n";
 }
 
+// An exclusive flock on the file that r.target names, held while the file is read, extended and
+// renamed over: a concurrent appender (another run given the same --csv) waits, then sees the new
+// file. The rename replaces the inode, so a waiter that wakes on the old one opens the path again.
+class TargetLock {
+ public:
+  explicit TargetLock(const Resolved& r) {
+    for (;;) {
+      created_ = false;
+      fd_ = ::open(r.target.c_str(), O_RDWR | O_CLOEXEC);
+      if (fd_ < 0 && errno == ENOENT) {
+        fd_ = ::open(r.target.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        created_ = fd_ >= 0;
+        if (fd_ < 0 && errno == EEXIST) continue;  // another appender created it first
+      }
+      DPB_CHECK(fd_ >= 0, "cannot write " << r.shown() << ": " << std::strerror(errno));
+      int rc;
+      while ((rc = ::flock(fd_, LOCK_EX)) != 0 && errno == EINTR) {}
+      const int err = errno;
+      struct stat held {}, now {};
+      if (rc == 0 && ::fstat(fd_, &held) == 0 && ::stat(r.target.c_str(), &now) == 0 &&
+          held.st_dev == now.st_dev && held.st_ino == now.st_ino)
+        return;  // locked, and still the file at the path
+      ::close(fd_);
+      DPB_CHECK(rc == 0, "cannot lock " << r.shown() << " for appending: " << std::strerror(err));
+    }
+  }
+  // An appender that created the file and then failed leaves no empty file behind.
+  void release_created_if_empty(const Resolved& r) {
+    struct stat st {};
+    if (created_ && ::fstat(fd_, &st) == 0 && st.st_size == 0) ::unlink(r.target.c_str());
+  }
+  ~TargetLock() { ::close(fd_); }  // releases the lock
+  TargetLock(const TargetLock&) = delete;
+  TargetLock& operator=(const TargetLock&) = delete;
+
+ private:
+  int fd_ = -1;
+  bool created_ = false;
+};
+
+// What makes two output paths one file: the inode of an existing file (links, "./", hard links
+// seen through), else the canonical path it would be created at.
+struct FileIdentity {
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string path;
+  bool operator==(const FileIdentity& o) const {
+    return exists == o.exists && (exists ? dev == o.dev && ino == o.ino : path == o.path);
+  }
+};
+
+FileIdentity identity_of(const std::string& given) {
+  FileIdentity id;
+  const std::string target = follow_links(given).target;
+  struct stat st {};
+  if (::stat(target.c_str(), &st) == 0) {
+    id.exists = true;
+    id.dev = st.st_dev;
+    id.ino = st.st_ino;
+    return id;
+  }
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::weakly_canonical(target, ec);  // absolute, links resolved
+  if (ec) p = std::filesystem::path(target);
+  id.path = p.lexically_normal().string();
+  return id;
+}
+
 }  // namespace
 
 void check_output_path(const std::string& path) {
@@ -145,14 +216,34 @@ CsvAppender::CsvAppender(std::string path, std::string header)
 
 void CsvAppender::append(const std::vector<std::string>& rows) {
   const Resolved r = resolve_output(path_);
-  std::string text = csv_base(read_file(r.target), path_, header_);
-  for (const auto& row : rows) text += row + "\n";
-  replace_file(r, text);
+  TargetLock lock(r);  // from reading the rows there to the rename: no appender's rows are lost
+  try {
+    std::string text = csv_base(read_file(r.target), path_, header_);
+    for (const auto& row : rows) text += row + "\n";
+    replace_file(r, text);
+  } catch (...) {
+    lock.release_created_if_empty(r);
+    throw;
+  }
 }
 
 void append_csv_rows(const std::string& path, const std::string& header,
                      const std::vector<std::string>& rows) {
   CsvAppender(path, header).append(rows);
+}
+
+void check_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& option_path) {
+  std::vector<FileIdentity> ids;
+  for (const auto& [option, path] : option_path) ids.push_back(path.empty() ? FileIdentity{} : identity_of(path));
+  for (size_t i = 0; i < option_path.size(); ++i)
+    for (size_t j = 0; j < i; ++j) {
+      const auto& [a, pa] = option_path[j];
+      const auto& [b, pb] = option_path[i];
+      if (pa.empty() || pb.empty() || !(ids[i] == ids[j])) continue;
+      DPB_CHECK(false, a << " and " << b << " name the same file ("
+                         << (pa == pb ? "'" + pa + "'" : "'" + pa + "' and '" + pb + "'")
+                         << "): one would overwrite the other; give each its own file");
+    }
 }
 
 }  // namespace dpb

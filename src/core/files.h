@@ -9,6 +9,7 @@
 // its permission bits.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dpb {
@@ -22,7 +23,9 @@ std::string read_file(const std::string& path);  // "" when it does not exist
 
 // A CSV with one header line, appended to as results arrive (e.g. once per epoch, so that an
 // interrupted run keeps its finished rows); each append rewrites the whole file atomically, taking
-// the file's current content as the base. The header and rows are preformatted lines without '\n'.
+// the file's current content as the base, under an exclusive flock on the file (runs appending to
+// one CSV at once take turns; none of their rows is lost). The header and rows are preformatted
+// lines without '\n'.
 class CsvAppender {
  public:
   // Checks the path (check_output_path) and, when the file exists, that its header is `header`.
@@ -37,5 +40,10 @@ class CsvAppender {
 // One-shot form: CsvAppender(path, header).append(rows).
 void append_csv_rows(const std::string& path, const std::string& header,
                      const std::vector<std::string>& rows);
+
+// Throws dpb::Error naming both options when two outputs of one run are the same file
+// (`--csv s.csv --dump-params s.csv` would replace the CSV by parameters), through links, "./"
+// and hard links. Entries are {option, path}; an empty path (option not given) is skipped.
+void check_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& option_path);
 
 }  // namespace dpb
