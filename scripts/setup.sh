@@ -45,8 +45,14 @@ if command -v ccache >/dev/null; then
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
+# DPB_GTEST_SHARDS=N (scripts/test.sh): GoogleTest as N ctest shards (CMakeLists.txt), kept in the cache
+shards=()
+[ -n "${DPB_GTEST_SHARDS:-}" ] && shards=(-DDPB_GTEST_SHARDS="$DPB_GTEST_SHARDS")
 if [ ! -f "$BUILD/build.ninja" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPB_CUDA="$CUDA_OPT" "${launcher[@]}"
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPB_CUDA="$CUDA_OPT" "${launcher[@]}" \
+        "${shards[@]}"
+elif ((${#shards[@]})) && ! grep -qx "DPB_GTEST_SHARDS:STRING=$DPB_GTEST_SHARDS" "$BUILD/CMakeCache.txt"; then
+  cmake -S . -B "$BUILD" "${shards[@]}" >/dev/null
 fi
 cmake --build "$BUILD" -j "$(nproc)"
 echo "setup: built $BUILD/dpbench"

@@ -4,6 +4,9 @@
 # against the committed baseline for this machine class.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# GoogleTest as 4 ctest shards (one process each, CMakeLists.txt: DPB_GTEST_SHARDS) rather than a
+# process per test; DPB_GTEST_SHARDS=0 for one ctest per test (then ctest -R names single tests)
+export DPB_GTEST_SHARDS=${DPB_GTEST_SHARDS:-4}
 scripts/setup.sh
 BUILD=${DPB_BUILD_DIR:-build}
 echo "== ctest"

@@ -45,6 +45,13 @@ combos=(
   "3 parameters mpi per-param on"    "3 gradients naive bucketed on cpu 0"
   "3 parameters ring bucketed on async"
 )
+# Under a sanitizer (scripts/sanitize.sh sets DPB_SANITIZER) a covering subset: every shard mode,
+# algorithm, granularity, overlap mode, process count, the message path and the async device once.
+if [ -n "${DPB_SANITIZER:-}" ]; then
+  combos=("2 parameters rhd bucketed on" "2 parameters ring fused off async"
+          "3 optimizer naive fused off" "3 parameters direct bucketed off"
+          "3 parameters mpi per-param on" "3 gradients naive bucketed on cpu 0")
+fi
 for c in "${combos[@]}"; do
   read -r np shard alg mode ov backend shm <<<"$c"
   backend=${backend:-cpu}

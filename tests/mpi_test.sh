@@ -44,6 +44,12 @@ combos=(
   "2 ring fused off cpu 0" "3 naive bucketed on cpu 0" "3 direct per-param off cpu 0"
   "2 ring bucketed on async" "3 naive per-param off async" "2 mpi fused on async"
 )
+# Under a sanitizer (scripts/sanitize.sh sets DPB_SANITIZER) a covering subset: every algorithm,
+# granularity, overlap mode, process count, both shared-memory paths and the async staging once.
+if [ -n "${DPB_SANITIZER:-}" ]; then
+  combos=("2 mpi bucketed on" "2 rhd per-param off" "3 direct bucketed off" "3 ring per-param on"
+          "3 naive bucketed on cpu 0" "2 mpi fused on async")
+fi
 for c in "${combos[@]}"; do
   read -r np alg mode ov backend shm <<<"$c"
   backend=${backend:-cpu}

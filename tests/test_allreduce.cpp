@@ -70,6 +70,14 @@ std::vector<std::string> portable_algorithms(int k) {
   return names;
 }
 
+// Under a sanitizer (most of this test's minute under TSan) the 4 MB buffer runs at k = 2 and 3
+// only; PipelinedRingExactSums covers the pipelined schedule it takes at the other k.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr int kLargestBufferUpToK = 3;
+#else
+constexpr int kLargestBufferUpToK = 8;
+#endif
+
 TEST(AllReduce, ExactSumsEveryRankEveryElement) {
   for (int k = 1; k <= 8; ++k) {
     Ranks ranks(k);
@@ -80,7 +88,8 @@ TEST(AllReduce, ExactSumsEveryRankEveryElement) {
       // One group and one object for all sizes: repeated calls, growing and shrinking.
       for (size_t n : {size_t(0), size_t(1), size_t(2), size_t(3), size_t(k - 1), size_t(k),
                        size_t(k + 1), size_t(1000), size_t(1048577), size_t(129000), size_t(5)})
-        check_allreduce(*ar, group, n, n == 1000 ? 2 : 1);
+        if (n != 1048577 || k <= kLargestBufferUpToK)
+          check_allreduce(*ar, group, n, n == 1000 ? 2 : 1);
     }
   }
 }
