@@ -96,6 +96,8 @@ struct ArRig {
   std::unique_ptr<AllReduce> ar;
   std::vector<Buffer> bufs;
   std::vector<std::unique_ptr<RankTimer>> timers;
+  RigTrace trace;  // --dpb_trace
+  CommJobInfo span_info;  // what each traced call is
   std::unique_ptr<RankThreads> pool;
   size_t n = 0;
   double bound = 0;  // CPU: membw/cpu/copy with k threads, GB/s
@@ -106,9 +108,13 @@ struct ArRig {
   // One timed all-reduce on rank r; returns this rank's seconds.
   double one(int r) {
     ds->group->barrier(r);  // aligned start; on CUDA also orders the comm streams
+    RankTimeline* tl = trace.tl(r);  // --dpb_trace: the span encloses the timed interval
+    RankTimeline::OpenComm span;
+    if (tl) span = tl->begin_comm(trace.number, trace.steps[size_t(r)]++);
     timers[r]->start();
     ar->run(r, bufs[r].get(), n);
     timers[r]->stop();
+    if (tl) tl->end_comm(span, span_info);
     return timers[r]->seconds();
   }
 
@@ -163,12 +169,15 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
   if (!guarded(st, [&] {
         g = &env.rig<ArRig>(name, [&] { return make_ar_rig(env, b, op, alg, k, bytes); });
         if (g->wrong < 0) g->wrong = g->check();  // once per benchmark, outside any timing
+        if (g->trace.start(env, name, *g->ds))
+          g->span_info = {collective_name(op), g->ar->choice(g->n), uint64_t(bytes), -1};
       })) {
     env.drop_rig();
     return;
   }
   const double total = run_timed_loop(st, *g->pool, [g](int r) { return g->one(r); });
-  if (st.error_occurred()) {
+  if (st.error_occurred() ||
+      !guarded(st, [&] { g->trace.collect(env, *g->ds, *g->pool); })) {
     env.drop_rig();
     return;
   }

@@ -8,6 +8,7 @@
 //   CopyRig      k ranks copying large buffers: the copy-bandwidth bound (CPU memcpy, GPU d2d)
 //   RankTimer    per-rank interval timer: steady_clock on the CPU, CUDA events on a GPU stream
 //   DeviceSet    k devices of one backend, with a CommGroup over them
+//   RigTrace     --dpb_trace: a benchmark's collective calls as comm-track spans (bench/trace.cpp)
 //
 // Every benchmark uses manual time: each rank times its own part after an aligning barrier and
 // the iteration's time is the slowest rank's (as nccl-tests reports the slowest rank).
@@ -32,6 +33,7 @@
 #include "collectives/shard.h"
 #include "src/core/device.h"
 #include "src/core/rank_threads.h"
+#include "src/core/timeline.h"
 #include "kernels/backends.h"
 #include "src/train/trainer.h"
 
@@ -62,6 +64,10 @@ struct BenchConfig {
   // Under mpirun/srun: one rank per process (procs = the process count; 0: ranks are threads).
   // Only the all-reduce family runs then, named .../procs:<K>/...
   int procs = 0, proc_rank = 0, local_rank = 0;
+  // --dpb_trace=FILE: every timed collective call of the allreduce, reducescatter, allgather and
+  // gradsync families as a span of its rank's comm track, one Chrome trace file at exit ("":
+  // off, no timeline is made at all).
+  std::string trace_path;
 };
 
 // Fixed global training batch for the overlap benchmarks (images uint8 28x28, labels 0..9).
@@ -101,6 +107,15 @@ class BenchEnv {
     rig_name_.clear();
   }
 
+  // --dpb_trace (bench/trace.cpp). The number of benchmark `name` in the trace (1, 2, ... in the
+  // order they first ran; the spans' epoch).
+  bool tracing() const { return !cfg_.trace_path.empty(); }
+  int trace_number(const std::string& name);
+  // Spans of rank r = 0..devices.size()-1 on those devices (named in the rank's process name).
+  void add_trace(std::vector<Span> spans, const std::vector<std::string>& devices);
+  // Writes every span added so far to --dpb_trace; `command` is the command line.
+  void write_trace(const std::string& command);
+
  private:
   BenchConfig cfg_;
   std::shared_ptr<void> rig_;
@@ -108,6 +123,10 @@ class BenchEnv {
   std::mutex mu_;
   std::map<int, double> membw_;
   std::map<int, HostBatch> batches_;
+  std::mutex trace_mu_;  // the trace, from the framework's thread (one benchmark at a time)
+  std::vector<Span> trace_;
+  std::vector<std::string> trace_names_;              // benchmark number - 1 -> name
+  std::vector<std::vector<std::string>> trace_devices_;  // rank -> its devices' names, in order
 };
 
 // Interval timer for one rank over Device::make_timer: CPU: host clock (device ops are
@@ -160,6 +179,21 @@ struct DeviceSet {
   // after the base was taken allocated for itself, staging and scratch included (the
   // "alloc_bytes" counter).
   size_t alloc_bytes(const std::vector<size_t>& base) const;
+};
+
+// --dpb_trace for one benchmark's setup (bench/trace.cpp): a RankTimeline per rank, made by
+// start() when the benchmark's timed loop first runs (warm-up and correctness check stay out of
+// the trace) and emptied into the BenchEnv by collect() after each timed loop. Without
+// --dpb_trace it holds nothing and tl(r) is nullptr.
+struct RigTrace {
+  std::vector<std::unique_ptr<RankTimeline>> tls;
+  int number = 0;          // the benchmark's number (the spans' epoch)
+  std::vector<int> steps;  // per rank: the next timed iteration's number (the spans' step)
+  RankTimeline* tl(int r) { return tls.empty() ? nullptr : tls[size_t(r)].get(); }
+  // Makes the timelines unless made or not tracing; true when it made them now.
+  bool start(BenchEnv& env, const std::string& name, DeviceSet& ds);
+  // take() on each rank's thread, the spans to env (nothing unless started).
+  void collect(BenchEnv& env, DeviceSet& ds, RankThreads& pool);
 };
 
 // Every benchmark name, built here and parsed by scripts/benchnames.py (the one parser the

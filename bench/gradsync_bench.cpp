@@ -46,6 +46,7 @@ struct GsRig {  // declaration order: rank threads joined first, devices release
   std::unique_ptr<DeviceSet> ds;
   std::unique_ptr<AllReduce> ar;
   std::vector<Buffer> grads;
+  RigTrace trace;  // --dpb_trace: each sync's all-reduce calls; outlives the syncs that record
   std::vector<std::unique_ptr<GradSync>> syncs;
   std::vector<std::unique_ptr<RankTimer>> timers;
   std::unique_ptr<RankThreads> pool;
@@ -61,6 +62,7 @@ struct GsRig {  // declaration order: rank threads joined first, devices release
   }
   double one(int r) {
     ds->group->barrier(r);  // aligned start
+    if (RankTimeline* tl = trace.tl(r)) tl->set_step(trace.number, trace.steps[size_t(r)]++);
     timers[r]->start();
     sync_once(r);
     timers[r]->stop();
@@ -129,12 +131,15 @@ void bm_gradsync(benchmark::State& st, BenchEnv& env, const std::string& name, c
         });
         if (g->wrong < 0) g->wrong = g->check();  // once per benchmark, outside any timing
         for (auto& s : g->syncs) s->reset_times();
+        if (g->trace.start(env, name, *g->ds))
+          for (int r = 0; r < k; ++r) g->syncs[size_t(r)]->set_timeline(g->trace.tl(r));
       })) {
     env.drop_rig();
     return;
   }
   const double total = run_timed_loop(st, *g->pool, [g](int r) { return g->one(r); });
-  if (st.error_occurred()) {
+  if (st.error_occurred() ||
+      !guarded(st, [&] { g->trace.collect(env, *g->ds, *g->pool); })) {
     env.drop_rig();
     return;
   }

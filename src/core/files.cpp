@@ -79,8 +79,8 @@ Resolved resolve_output(const std::string& given) {
   return r;
 }
 
-// Writes `contents` to a temporary file beside r.target, then renames it over r.target.
-void replace_file(const Resolved& r, const std::string& contents) {
+// Writes what fill puts to a temporary file beside r.target, then renames it over r.target.
+void replace_file(const Resolved& r, const std::function<void(const FilePieceSink&)>& fill) {
   const std::string tmp = r.target + ".tmp." + std::to_string(::getpid());
   struct stat old {};
   const bool existed = ::stat(r.target.c_str(), &old) == 0;
@@ -89,11 +89,20 @@ void replace_file(const Resolved& r, const std::string& contents) {
                                      << "' beside it: " << std::strerror(errno));
   if (existed) (void)::fchmod(fd, old.st_mode & 07777);  // keep the permissions; best effort
   int err = 0;
-  for (size_t done = 0; done < contents.size() && err == 0;) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n > 0) done += size_t(n);
-    else if (n < 0 && errno == EINTR) continue;
-    else err = n < 0 ? errno : EIO;
+  const FilePieceSink put = [&](std::string_view piece) {
+    for (size_t done = 0; done < piece.size() && err == 0;) {
+      const ssize_t n = ::write(fd, piece.data() + done, piece.size() - done);
+      if (n > 0) done += size_t(n);
+      else if (n < 0 && errno == EINTR) continue;
+      else err = n < 0 ? errno : EIO;
+    }
+  };
+  try {
+    fill(put);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
   }
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err == 0 && ::rename(tmp.c_str(), r.target.c_str()) != 0) err = errno;
@@ -101,6 +110,10 @@ void replace_file(const Resolved& r, const std::string& contents) {
     ::unlink(tmp.c_str());
     DPB_CHECK(false, "cannot write " << r.shown() << ": " << std::strerror(err));
   }
+}
+
+void replace_file(const Resolved& r, const std::string& contents) {
+  replace_file(r, [&](const FilePieceSink& put) { put(contents); });
 }
 
 // The CSV text with the expected header, ready for more rows (ends with '\n').
@@ -196,6 +209,11 @@ void check_output_path(const std::string& path) {
 
 void write_file_atomic(const std::string& path, const std::string& contents) {
   replace_file(resolve_output(path), contents);
+}
+
+void write_file_atomic(const std::string& path,
+                       const std::function<void(const FilePieceSink&)>& fill) {
+  replace_file(resolve_output(path), fill);
 }
 
 std::string read_file(const std::string& path) {

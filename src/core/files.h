@@ -8,7 +8,9 @@
 // non-regular file, a missing directory, or one where no file can be created. A replaced file keeps
 // its permission bits.
 #pragma once
+#include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,6 +21,11 @@ namespace dpb {
 void check_output_path(const std::string& path);
 
 void write_file_atomic(const std::string& path, const std::string& contents);
+// Streaming form, for outputs too large to build as one string: fill(put) calls put(piece) as
+// often as it likes; the pieces go to the temporary file in order and the rename happens when
+// fill returns (an exception from fill removes the temporary file and propagates).
+using FilePieceSink = std::function<void(std::string_view)>;
+void write_file_atomic(const std::string& path, const std::function<void(const FilePieceSink&)>& fill);
 std::string read_file(const std::string& path);  // "" when it does not exist
 
 // A CSV with one header line, appended to as results arrive (e.g. once per epoch, so that an
