@@ -132,6 +132,8 @@ Benchmarks (names are filterable with --benchmark_filter=REGEX):
   --benchmark_min_time      0.1 s unless given (the full default set then runs in minutes)
   --benchmark_out           results/micro-<UTC time>.json unless given (format json). The file is
                             written beside as FILE.tmp.<pid> and renamed into place at the end.
+                            A --benchmark_filter that matches nothing is an error (exit 2) that
+                            leaves FILE as it was.
 %s
 )", algs.c_str(), rs_algs.c_str(), ag_algs.c_str(), models.c_str(), models.c_str(), dpb_flags_help().c_str(),
               ("Environment:\n" + dpb::run_env_help()).c_str());
@@ -371,13 +373,22 @@ int main(int argc, char** argv) {
     for (const dpb::BackendEntry* b : backends) dpb::bench::register_overlap(env, *b);
   }
 
+  size_t ran = 0;
   if (root) {
-    benchmark::RunSpecifiedBenchmarks();
+    ran = benchmark::RunSpecifiedBenchmarks();
   } else {
     NullReporter null_display;
-    benchmark::RunSpecifiedBenchmarks(&null_display);
+    ran = benchmark::RunSpecifiedBenchmarks(&null_display);
   }
   benchmark::Shutdown();
+  // An empty selection is the user's error (a typo in the filter), not a result: Google Benchmark
+  // has opened (emptied) its output file by then, so drop that and leave --benchmark_out as it was.
+  if (ran == 0) {
+    std::error_code ec;
+    if (!tmp_path.empty()) std::filesystem::remove(tmp_path, ec);
+    die("--benchmark_filter=" + benchmark::GetBenchmarkFilter() + ": no benchmark matches" +
+        (out_path.empty() ? "" : " (nothing written to " + out_path + ")"));
+  }
   if (!tmp_path.empty() && std::filesystem::exists(tmp_path)) {
     std::error_code ec;
     std::filesystem::rename(tmp_path, out_path, ec);

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# input_limits_test.sh BUILD_DIR: the bad inputs of issue 25's table that need no training, each
+# refused with exit 2 and a message naming it (seconds):
+#   dpbench-micro --benchmark_filter=NOMATCH: exit 2 naming the filter; --benchmark_out untouched
+#     (an existing file keeps its bytes, a new one is not created, no FILE.tmp.<pid> is left);
+#   --threads 1000000 (train, project, micro's --dpb_cpu_threads): refused, not SIGSEGV in libgomp;
+#   --link-gbps 1e-300 (it paced nothing) and latency past 10 s: refused (train, project, micro);
+#   --csv and --dump-params on one file (directly or through a link): refused naming both, the
+#     CSV untouched;
+#   a tune file's up_to_bytes -5 / 1e30 / 100.7, ranks 2^31; a profile's forward_s 1e308,
+#     ready_s -5: refused naming the file and the field.
+set -u
+BUILD=$(cd "${1:?usage: input_limits_test.sh BUILD_DIR}" && pwd)
+BIN="$BUILD/dpbench"
+MICRO="$BUILD/dpbench-micro"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+expect2() {  # expect2 "needle" cmd args...: exit 2 and needle in the output
+  local needle="$1"; shift
+  out=$("$@" 2>&1); rc=$?
+  if [ $rc -ne 2 ] || ! grep -qF -- "$needle" <<<"$out"; then
+    fail "$(basename "$1") ${*:2} -> rc=$rc, expected 2 and '$needle' in:"; echo "$out" | tail -5
+  else
+    echo "ok: $(basename "$1") ${*:2} -> rc=2 ($(grep -F -- "$needle" <<<"$out" | head -1 | cut -c1-140))"
+  fi
+}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+small=(--train-limit 64 --test-limit 16)
+
+# 1. An empty benchmark selection.
+if [ -x "$MICRO" ]; then
+  echo '{"kept": true}' > "$tmp/good.json"
+  expect2 "--benchmark_filter=NOMATCH: no benchmark matches" \
+    "$MICRO" --benchmark_filter=NOMATCH --benchmark_out="$tmp/good.json"
+  [ "$(cat "$tmp/good.json")" = '{"kept": true}' ] || fail "NOMATCH changed good.json: $(head -c 80 "$tmp/good.json")"
+  expect2 "no benchmark matches" "$MICRO" --benchmark_filter=NOMATCH --benchmark_out="$tmp/new.json"
+  [ -e "$tmp/new.json" ] && fail "NOMATCH created new.json"
+  left=$(ls "$tmp" | grep -v '^good.json$') && fail "NOMATCH left: $left"
+  mkdir "$tmp/cwd" && (cd "$tmp/cwd" && "$MICRO" --benchmark_filter=NOMATCH >/dev/null 2>&1)
+  [ -z "$(find "$tmp/cwd" -type f)" ] || fail "NOMATCH wrote a default results file: $(find "$tmp/cwd" -type f)"
+  expect2 "no benchmark matches" "$MICRO" --benchmark_filter=NOMATCH --benchmark_list_tests
+else
+  echo "skip: $MICRO not built"
+fi
+
+# 2. Bounds on --threads and the link.
+expect2 "--threads" "$BIN" train --threads 1000000 "${small[@]}"
+expect2 "--threads" "$BIN" project --threads 1000000
+expect2 "--link-gbps" "$BIN" train --link-gbps 1e-300 "${small[@]}"
+expect2 "--link-gbps" "$BIN" project --link-gbps 1e-300
+expect2 "--link-latency-us" "$BIN" train --link-latency-us 2e7 "${small[@]}"
+if [ -x "$MICRO" ]; then
+  expect2 "--dpb_cpu_threads" "$MICRO" --dpb_cpu_threads=1000000
+  expect2 "--dpb_link_gbps" "$MICRO" --dpb_link_gbps=1e-300
+fi
+
+# Tune files: every number checked, the error naming the file and the field.
+tune() {  # tune RANKS UP_TO_BYTES -> path
+  printf '{"format": "dpbench-allreduce-tuning/1", "tables": [{"backend": "cpu", "ranks": %s, "rules": [{"up_to_bytes": %s, "algorithm": "direct"}, {"up_to_bytes": null, "algorithm": "ring"}]}]}\n' "$1" "$2" > "$tmp/tune-$1-$2.json"
+  echo "$tmp/tune-$1-$2.json"
+}
+for up in -5 1e30 100.7; do
+  f=$(tune 2 "$up")
+  expect2 "--tune-file $f table 1 rule 1: \"up_to_bytes\" must be an integer" \
+    "$BIN" train --allreduce auto --tune-file "$f" "${small[@]}"
+done
+f=$(tune 2147483648 64)
+expect2 "--tune-file $f table 1: \"ranks\" must be an integer" "$BIN" project --tune-file "$f"
+
+# 3. Two outputs on one file.
+echo "kept" > "$tmp/s.csv"
+expect2 "--csv and --dump-params name the same file" \
+  "$BIN" train --csv "$tmp/s.csv" --dump-params "$tmp/s.csv" "${small[@]}"
+ln -s s.csv "$tmp/link.bin"
+expect2 "--csv and --dump-params name the same file" \
+  "$BIN" train --csv "$tmp/s.csv" --dump-params "$tmp/link.bin" "${small[@]}"
+[ "$(cat "$tmp/s.csv")" = kept ] || fail "the refused run changed s.csv"
+
+# Profiles: a measured one, then its numbers spoiled.
+if "$BIN" project --model lenet --devices 2 --batch 64 --train-limit 256 --profile-steps 1 \
+     --profile-out "$tmp/p.json" >/dev/null 2>&1; then
+  spoil() {  # spoil KEY VALUE [PARAM_INDEX] -> path
+    python3 - "$tmp/p.json" "$@" <<'PY'
+import json, sys
+src, key, value = sys.argv[1:4]
+j = json.load(open(src))
+(j["params"][int(sys.argv[4])] if len(sys.argv) > 4 else j)[key] = json.loads(value)
+out = src[:-5] + "-" + key + ".json"
+json.dump(j, open(out, "w"))
+print(out)
+PY
+  }
+  f=$(spoil forward_s 1e308)
+  expect2 "--profile $f: profile field \"forward_s\" must be a number of seconds" \
+    "$BIN" project --model lenet --devices 2 --profile "$f"
+  f=$(spoil ready_s -5 1)
+  expect2 "--profile $f: profile field \"params\"[1].ready_s" \
+    "$BIN" project --model lenet --devices 2 --profile "$f"
+else
+  fail "dpbench project --profile-out failed"
+fi
+
+[ $fails -eq 0 ] && echo "input_limits: all passed" || echo "input_limits: $fails FAILED"
+[ $fails -eq 0 ]
