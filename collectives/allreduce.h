@@ -83,6 +83,10 @@ class CommGroup {
   // Rank `rank`'s host issued the comm work that follows at t (link.h, "Two clocks"; GradSync
   // tells it); a transport that is not paced ignores it.
   void issue(int rank, std::chrono::steady_clock::time_point t) { t_->issue(rank, t); }
+  // Seconds rank's send (receive) link was occupied on the emulated link since the group was made
+  // (Transport::link_send_seconds; 0 when not paced): the straggler report's comm attribution.
+  double link_send_seconds(int rank) const { return t_->link_send_seconds(rank); }
+  double link_recv_seconds(int rank) const { return t_->link_recv_seconds(rank); }
   // How long a rank waiting in barrier() polls before sleeping (see HostBarrier). Default:
   // default_barrier_spin_ns(k). Whoever adds threads that compete for the cores while ranks wait
   // should lower it before any rank runs (GradSync's communication threads: adapt_barrier_spin

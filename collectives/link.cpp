@@ -17,11 +17,29 @@
 
 namespace dpb {
 
+double LinkSpec::gbps_of(int rank) const {
+  double g = 0;
+  for (const auto& [r, rg] : rank_gbps)
+    if (r == rank && (g == 0 || rg < g)) g = rg;
+  return g > 0 ? g : gbps;
+}
+
+double LinkSpec::busy_s(int src, int dst, double bytes) const {
+  const double a = gbps_of(src), b = gbps_of(dst);
+  const double g = a > 0 && b > 0 ? std::min(a, b) : std::max(a, b);  // 0: unlimited
+  return g > 0 ? bytes * 8.0 / (g * 1e9) : 0.0;
+}
+
 std::string LinkSpec::label() const {
   if (!enabled()) return "none";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%g Gb/s, %g us", gbps, latency_us);
-  return buf;
+  std::string s = buf;
+  for (const auto& [r, g] : rank_gbps) {
+    std::snprintf(buf, sizeof buf, "; rank %d %g Gb/s", r, g);
+    s += buf;
+  }
+  return s;
 }
 
 void validate_link(const LinkSpec& link, const std::string& gbps_opt,
@@ -33,6 +51,13 @@ void validate_link(const LinkSpec& link, const std::string& gbps_opt,
   DPB_CHECK(std::isfinite(link.latency_us) && link.latency_us >= 0 && link.latency_us <= 1e7,
             latency_opt << ": must be a number of microseconds in [0, 1e7], got "
                         << link.latency_us);
+  for (const auto& [r, g] : link.rank_gbps) {
+    DPB_CHECK(r >= 0, "emulated link: a bandwidth override for rank " << r
+                          << " (ranks count from 0)");
+    DPB_CHECK(std::isfinite(g) && g >= 1e-6,
+              "emulated link: rank " << r << "'s bandwidth must be a number >= 1e-6 Gb/s, got "
+                                     << g);
+  }
 }
 
 // ---------------------------------------------------------------- LinkFabric
@@ -40,8 +65,13 @@ void validate_link(const LinkSpec& link, const std::string& gbps_opt,
 LinkFabric::LinkFabric(int k, LinkSpec spec)
     : spec_(spec), send_free_(size_t(std::max(k, 1))), recv_free_(size_t(std::max(k, 1))),
       issued_(size_t(std::max(k, 1))), stream_(size_t(std::max(k, 1))),
-      streamed_(size_t(std::max(k, 1)), 0) {
+      streamed_(size_t(std::max(k, 1)), 0), send_busy_(size_t(std::max(k, 1))),
+      recv_busy_(size_t(std::max(k, 1))) {
   DPB_CHECK(k >= 1, "LinkFabric: need at least one rank, got " << k);
+  for (const auto& [r, g] : spec_.rank_gbps)
+    DPB_CHECK(r >= 0 && r < k, "emulated link: a bandwidth override for rank "
+                                   << r << " in a group of " << k << " ranks (0 to " << k - 1
+                                   << ")");
 }
 
 void LinkFabric::issue(int r, Clock::time_point t) {
@@ -53,8 +83,9 @@ void LinkFabric::issue(int r, Clock::time_point t) {
 LinkFabric::Clock::time_point LinkFabric::reserve(int src, int dst, double bytes, int by,
                                                   Clock::time_point not_before) {
   const auto now = Clock::now();
-  const auto busy = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-      spec_.gbps > 0 ? bytes * 8.0 / (spec_.gbps * 1e9) : 0.0));
+  const double busy_s = spec_.busy_s(src, dst, bytes);  // the slower end's G (rank_gbps)
+  const auto busy =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(busy_s));
   const auto lat = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(spec_.latency_us * 1e-6));
   std::lock_guard<std::mutex> lk(mu_);
@@ -71,6 +102,8 @@ LinkFabric::Clock::time_point LinkFabric::reserve(int src, int dst, double bytes
   stream_[by] = std::max(stream_[by], done);
   ++transfers_;
   bytes_ += bytes;
+  send_busy_[size_t(src)] += busy_s;
+  recv_busy_[size_t(dst)] += busy_s;
   return done;
 }
 
@@ -82,6 +115,18 @@ long LinkFabric::transfers() const {
 double LinkFabric::bytes() const {
   std::lock_guard<std::mutex> lk(mu_);
   return bytes_;
+}
+
+double LinkFabric::send_busy_seconds(int r) const {
+  DPB_CHECK(r >= 0 && r < size(), "LinkFabric: no rank " << r << " in " << size());
+  std::lock_guard<std::mutex> lk(mu_);
+  return send_busy_[size_t(r)];
+}
+
+double LinkFabric::recv_busy_seconds(int r) const {
+  DPB_CHECK(r >= 0 && r < size(), "LinkFabric: no rank " << r << " in " << size());
+  std::lock_guard<std::mutex> lk(mu_);
+  return recv_busy_[size_t(r)];
 }
 
 // Sleeps (never spins) until t. The default timer slack (50 us) would make every wake-up late by
@@ -144,6 +189,8 @@ class PacedTransport final : public Transport {
   void fence(int rank) override { in_->fence(rank); }
   bool paced() const override { return true; }
   void issue(int rank, LinkFabric::Clock::time_point t) override { fab_->issue(rank, t); }
+  double link_send_seconds(int rank) const override { return fab_->send_busy_seconds(rank); }
+  double link_recv_seconds(int rank) const override { return fab_->recv_busy_seconds(rank); }
 
   Launcher launcher() const override { return in_->launcher(); }
   int size() const override { return in_->size(); }

@@ -6,7 +6,9 @@
 // "no emulation". Each rank has one send and one receive link (full duplex); a transfer from rank
 // a to rank b starts when a's send link and b's receive link are free, occupies both for
 // bytes / G (the latency is propagation, not occupancy) and completes L + bytes / G after it
-// starts. LinkFabric::reserve is the whole booking policy; book_step applies it to one step of
+// starts. A rank's links may be slower than G (LinkSpec::rank_gbps, --inject link): a transfer
+// then runs at the slower end's G, and each rank's link occupancy is summed (send_busy_seconds).
+// LinkFabric::reserve is the whole booking policy; book_step applies it to one step of
 // src/core/transport.h (its sends and receives), and with_link(Transport) paces every step of a
 // transport with it: book, do the moves for real, then SLEEP until the emulated completion before
 // the step's fence, so waiting ranks and communication threads leave the cores to compute, as GPU
@@ -45,6 +47,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "src/core/device.h"
@@ -55,15 +58,27 @@ namespace dpb {
 struct LinkSpec {
   double gbps = 0;        // gigabits per second per direction; 0: unlimited bandwidth
   double latency_us = 0;  // per transfer; 0: none
-  bool enabled() const { return gbps > 0 || latency_us > 0; }
-  // Seconds one transfer of `bytes` takes on an idle link: L + bytes / G.
+  // Per-rank overrides of gbps (--inject link:rank=R,gbps=G, src/train/inject.h): rank R's send
+  // and receive links run at G (> 0). A transfer src -> dst runs at the slower of gbps_of(src)
+  // and gbps_of(dst) (0, unlimited, on both sides: no bandwidth pacing).
+  std::vector<std::pair<int, double>> rank_gbps;
+  bool enabled() const { return gbps > 0 || latency_us > 0 || !rank_gbps.empty(); }
+  // Rank `rank`'s links' bandwidth: its smallest override, else gbps.
+  double gbps_of(int rank) const;
+  // Seconds a transfer src -> dst of `bytes` occupies the links: bytes / min(gbps_of(src),
+  // gbps_of(dst)), the 0s (unlimited) left out; 0 when both are unlimited.
+  double busy_s(int src, int dst, double bytes) const;
+  // Seconds one transfer of `bytes` takes on an idle link: L + bytes / G (the base G: the cost
+  // models know no overrides).
   double transfer_s(double bytes) const {
     return latency_us * 1e-6 + (gbps > 0 ? bytes * 8.0 / (gbps * 1e9) : 0.0);
   }
-  std::string label() const;  // "0.2 Gb/s, 50 us" or "none"
+  // "0.2 Gb/s, 50 us", "1 Gb/s, 50 us; rank 1 0.1 Gb/s" or "none"
+  std::string label() const;
 };
 
-// Throws dpb::Error naming the option when G or L is negative or not finite.
+// Throws dpb::Error naming the option when G or L is negative or not finite, or an override's
+// rank is negative or its G is not a finite number >= 1e-6.
 void validate_link(const LinkSpec& link, const std::string& gbps_opt,
                    const std::string& latency_opt);
 
@@ -87,6 +102,12 @@ class LinkFabric {
   // Totals since construction (for tests and reports).
   long transfers() const;
   double bytes() const;
+  // Seconds rank r's send (receive) link was occupied by the transfers booked here from (to) r:
+  // the sum of their bytes / G (LinkSpec::busy_s), the latency not counted. The straggler
+  // report's comm attribution. Processes: exact for this process's own rank (every transfer from
+  // or to it is booked on its fabric), partial for its peers.
+  double send_busy_seconds(int r) const;
+  double recv_busy_seconds(int r) const;
 
  private:
   LinkSpec spec_;
@@ -94,6 +115,7 @@ class LinkFabric {
   std::vector<Clock::time_point> send_free_, recv_free_;
   std::vector<Clock::time_point> issued_, stream_;  // per rank: issue time, its last transfer's end
   std::vector<char> streamed_;                      // per rank: issue() was called
+  std::vector<double> send_busy_, recv_busy_;       // per rank: seconds booked on its links
   long transfers_ = 0;
   double bytes_ = 0;
 };

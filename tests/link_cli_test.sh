@@ -4,7 +4,7 @@
 # and reads it back; it profiles the --optimizer/--loss table entries and records them (a profile
 # is refused for another optimizer or loss); --shard projects every mode (refused without the
 # collectives' cost models); an emulated-link training run records its link in the CSV and names
-# the devices with it.
+# the devices with it; --inject's bad specs are refused (exit 2) naming the flag and the part.
 set -u
 BIN="$1/dpbench"
 fails=0
@@ -23,6 +23,14 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 expect_fail "--link-gbps" train --link-gbps -1 --train-limit 64 --test-limit 16
 expect_fail "--link-latency-us" train --link-latency-us nan --train-limit 64 --test-limit 16
 expect_fail "--link-latency-us" project --link-latency-us -5
+# --inject (src/train/inject.h): a bad spec is bad input (exit 2) naming the flag and the part; the
+# flag may be repeated (CLI11 joins the values with ';': no "at most 1", the bad part named).
+"$BIN" train --help | grep -q -- "--inject" || fail "train --help lacks --inject"
+expect_fail "--inject: unknown kind 'bogus'" train --inject bogus --train-limit 64 --test-limit 16
+[ $rc -eq 2 ] || fail "train --inject bogus: exit $rc, expected 2"
+expect_fail "--inject: 'delay:rank=1,phase=nap,ms=5': unknown phase 'nap'" train \
+  --inject "delay:rank=0,phase=data,ms=1" --inject "delay:rank=1,phase=nap,ms=5" --train-limit 64
+expect_fail "--inject: 'link:rank=1,gbps=0': gbps" train --inject "link:rank=1,gbps=0"
 expect_fail "--profile" project --profile /nonexistent/profile.json
 expect_fail "--allreduce" project --allreduce carrier-pigeon
 "$BIN" project --model lenet --devices 2 --batch 64 --train-limit 256 --allreduce auto \

@@ -4,13 +4,15 @@
 // sums, the transfers each algorithm makes, and never finishing sooner than the link allows), the
 // link living in the transport alone (CommGroup::paced, devices unpaced), the comm stream's clock
 // fed by GradSync with overlap (a late comm thread does not delay the link), the registry's cost
-// models, and the checks of the options. Timing is only checked as a lower bound (a paced
-// transfer must not complete early); no speed targets here.
+// models, a rank's slower links (--inject link) and each rank's link occupancy, and the checks of
+// the options. Timing is only checked as a lower bound (a paced transfer must not complete
+// early); no speed targets here.
 // Run: ./dpb_tests --gtest_filter='Link*'
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -135,6 +137,99 @@ TEST(LinkGroup, TheTransportCarriesTheLinkNotTheDevices) {
   t0 = Clock::now();
   on_ranks(2, [&](int r) { ar->run(r, (r == 0 ? a : b).get(), 1000); });
   EXPECT_GE(std::chrono::duration<double>(Clock::now() - t0).count(), 2 * 0.030);  // two steps
+}
+
+// --inject link (rank_gbps): a rank's links slower than the rest. A transfer from or to the slow
+// rank runs at its G (10x the time), others at the base G; each rank's send and receive
+// occupancy is the sum of what was booked from and to it.
+TEST(LinkFabric, SlowRankLinksAndOccupancy) {
+  LinkSpec spec{8.0, 0.0};  // 1 GB/s: 1 MB takes 1 ms
+  spec.rank_gbps = {{1, 0.8}};
+  EXPECT_TRUE(spec.enabled());
+  EXPECT_DOUBLE_EQ(spec.gbps_of(1), 0.8);
+  EXPECT_DOUBLE_EQ(spec.gbps_of(0), 8.0);
+  EXPECT_EQ(spec.label(), "8 Gb/s, 0 us; rank 1 0.8 Gb/s");
+  LinkFabric f(3, spec);
+  const auto t0 = Clock::now();
+  auto secs = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
+  // Three transfers on disjoint links (0's send, 1's send, 2's send; 2's, 0's, 1's receive),
+  // each starting when booked (at or after t0; 3 ms of slack for a thread preempted meanwhile).
+  auto within = [&](Clock::time_point done, double want) {
+    const double s = secs(done);
+    return s >= want - 1e-9 && s < want + 3e-3;
+  };
+  EXPECT_TRUE(within(f.reserve(0, 2, 1e6, 2), 1e-3));
+  EXPECT_TRUE(within(f.reserve(1, 0, 1e6, 0), 1e-2));  // from the slow rank: 10x
+  EXPECT_TRUE(within(f.reserve(2, 1, 1e6, 1), 1e-2));  // to the slow rank: 10x
+  EXPECT_NEAR(f.send_busy_seconds(0), 1e-3, 1e-12);
+  EXPECT_NEAR(f.send_busy_seconds(1), 1e-2, 1e-12);
+  EXPECT_NEAR(f.send_busy_seconds(2), 1e-2, 1e-12);
+  EXPECT_NEAR(f.recv_busy_seconds(0), 1e-2, 1e-12);
+  EXPECT_NEAR(f.recv_busy_seconds(1), 1e-2, 1e-12);
+  EXPECT_NEAR(f.recv_busy_seconds(2), 1e-3, 1e-12);
+  // A second 0 -> 2 queues behind the first on both links and adds its own 1 ms to each.
+  f.reserve(0, 2, 1e6, 2);
+  EXPECT_NEAR(f.send_busy_seconds(0), 2e-3, 1e-12);
+  EXPECT_NEAR(f.recv_busy_seconds(2), 2e-3, 1e-12);
+  // No base bandwidth (unlimited): only transfers touching the slow rank are paced.
+  LinkSpec only;
+  only.rank_gbps = {{1, 0.8}, {1, 1.6}};  // the smaller override wins
+  EXPECT_TRUE(only.enabled());
+  EXPECT_DOUBLE_EQ(only.busy_s(0, 2, 1e6), 0.0);
+  EXPECT_DOUBLE_EQ(only.busy_s(0, 1, 1e6), 1e-2);
+  EXPECT_DOUBLE_EQ(only.busy_s(1, 2, 1e6), 1e-2);
+  // Overrides are checked: a rank outside the group, a bandwidth that is no bandwidth.
+  EXPECT_THROW(LinkFabric(1, only), Error);
+  for (double g : {0.0, -1.0, 1e-9, std::nan("")}) {
+    LinkSpec bad;
+    bad.rank_gbps = {{0, g}};
+    EXPECT_THROW(validate_link(bad, "--link-gbps", "--link-latency-us"), Error) << g;
+  }
+  LinkSpec neg;
+  neg.rank_gbps = {{-1, 1.0}};
+  EXPECT_THROW(validate_link(neg, "--link-gbps", "--link-latency-us"), Error);
+}
+
+// A ring all-reduce over 3 threads with rank 1's links at G/10: ring sends r -> r+1, so 0 -> 1
+// and 1 -> 2 run at G/10 and 2 -> 0 at G. Rank 1's send link is busy 10x rank 2's (rank 0's,
+// which sends into rank 1, as long as rank 1's); only rank 1 is slow on both its links. Exact
+// sums still; the group reports each rank's occupancy (0 when the group is not paced).
+TEST(LinkGroup, RingWithASlowRankBooksItsLinks) {
+  const int k = 3;
+  const size_t n = 30000;  // three chunks of 10000 floats: 40 KB, 0.32 ms at 1 Gb/s, 3.2 ms slow
+  std::vector<std::unique_ptr<Device>> devs;
+  std::vector<Device*> raw;
+  for (int r = 0; r < k; ++r) devs.push_back(make_cpu_device(r, 1));
+  for (auto& d : devs) raw.push_back(d.get());
+  EXPECT_EQ(CommGroup(k, raw).link_send_seconds(1), 0.0);
+  LinkSpec spec{1.0, 0.0};
+  spec.rank_gbps = {{1, 0.1}};
+  CommGroup group(k, raw, spec);
+  ASSERT_TRUE(group.paced());
+  auto ar = make_allreduce("ring", group);
+  on_ranks(k, [&](int r) {
+    std::vector<float> host(n);
+    for (size_t i = 0; i < n; ++i) host[i] = float((r + 1) * int(i % 7 + 1));
+    Buffer buf(*raw[r], n, MemCategory::Temporaries, "ring buffer");
+    raw[r]->upload(buf.get(), host.data(), n);
+    group.barrier(r);
+    ar->run(r, buf.get(), n);
+    raw[r]->download(host.data(), buf.get(), n);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i) wrong += host[i] != float(6 * int(i % 7 + 1));
+    EXPECT_EQ(wrong, 0u) << "rank " << r;
+  });
+  const double chunk_fast = 10000.0 * sizeof(float) * 8 / 1e9;  // one chunk at 1 Gb/s
+  const double steps = 2 * (k - 1);
+  EXPECT_NEAR(group.link_send_seconds(2), steps * chunk_fast, 1e-9);
+  EXPECT_NEAR(group.link_send_seconds(1), 10 * steps * chunk_fast, 1e-9);
+  EXPECT_NEAR(group.link_send_seconds(1) / group.link_send_seconds(2), 10.0, 1e-6);
+  EXPECT_NEAR(group.link_send_seconds(0), group.link_send_seconds(1), 1e-9);
+  EXPECT_NEAR(group.link_recv_seconds(1) / group.link_recv_seconds(0), 10.0, 1e-6);
+  // Send and receive together name rank 1 alone: 20 units against 11 for its neighbours.
+  auto both = [&](int r) { return group.link_send_seconds(r) + group.link_recv_seconds(r); };
+  EXPECT_GT(both(1), 1.5 * both(0));
+  EXPECT_GT(both(1), 1.5 * both(2));
 }
 
 // A CPU device whose comm stream starts late: its host's comm thread waits `delay` before each
@@ -278,6 +373,49 @@ TEST(LinkSeam, ThreadsAndProcessesBookTheSameSchedule) {
     }
     EXPECT_EQ(shared.transfers(), sched == &ring ? k : k - 1);  // each move booked once
   }
+}
+
+// Processes (--inject link under mpirun): each process's fabric books every transfer from or to
+// its own rank, so its own rank's link occupancy equals what the threads' shared fabric books
+// for that rank, rank 1's links slow included (a ring step, and naive's gather and put).
+TEST(LinkSeam, EachProcessBooksItsOwnRanksOccupancyExactly) {
+  LinkSpec spec{8.0, 0.0};
+  spec.rank_gbps = {{1, 0.8}};
+  const int k = 3;
+  const size_t n = 250000;  // floats: 1 MB, 1 ms at 8 Gb/s, 10 ms from or to rank 1
+  float dst = 0;
+  std::vector<StepOps> ring(k), naive(k);
+  for (int r = 0; r < k; ++r) {
+    ring[r].recvs.push_back({(r + k - 1) % k, 0, &dst, n, RecvOp::Reduce});
+    ring[r].sends.push_back({(r + 1) % k, 0, n});
+  }
+  for (int p = 1; p < k; ++p) {
+    naive[0].recvs.push_back({p, 0, &dst, n, RecvOp::Reduce});
+    naive[p].sends.push_back({0, 0, n});
+    naive[0].sends.push_back({p, 0, n, 0});
+    naive[p].recvs.push_back({0, 0, &dst, n, RecvOp::Put});
+  }
+  for (const auto* sched : {&ring, &naive}) {
+    LinkFabric shared(k, spec);
+    std::vector<int> all;
+    for (int r = 0; r < k; ++r) all.push_back(r);
+    ViewTransport threads(k, all);
+    for (int r = 0; r < k; ++r) book_step(shared, threads, r, (*sched)[r].sends, (*sched)[r].recvs);
+    for (int r = 0; r < k; ++r) {
+      LinkFabric own(k, spec);
+      ViewTransport process(k, {r});
+      book_step(own, process, r, (*sched)[r].sends, (*sched)[r].recvs);
+      EXPECT_NEAR(own.send_busy_seconds(r), shared.send_busy_seconds(r), 1e-12) << "rank " << r;
+      EXPECT_NEAR(own.recv_busy_seconds(r), shared.recv_busy_seconds(r), 1e-12) << "rank " << r;
+    }
+  }
+  // The ring step: 0 -> 1 and 1 -> 2 at 0.8 Gb/s, 2 -> 0 at 8.
+  LinkFabric shared(k, spec);
+  ViewTransport threads(k, {0, 1, 2});
+  for (int r = 0; r < k; ++r) book_step(shared, threads, r, ring[r].sends, ring[r].recvs);
+  EXPECT_NEAR(shared.send_busy_seconds(0), 1e-2, 1e-12);
+  EXPECT_NEAR(shared.send_busy_seconds(1), 1e-2, 1e-12);
+  EXPECT_NEAR(shared.send_busy_seconds(2), 1e-3, 1e-12);
 }
 
 // The paced transport (both launchers' seam): books, runs the inner step's moves unfenced,

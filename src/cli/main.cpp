@@ -219,7 +219,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                                "warmup-epochs", "allreduce",
                                "tune-file", "grad-sync", "overlap", "bucket-mb", "shard", "seed", "threads",
                                "link-gbps", "link-latency-us", "tf32", "device-mem", "train-limit",
-                               "test-limit", "data-dir"});
+                               "test-limit", "data-dir", "inject"});
   tr->add_option("--csv", a.csv,
                  "append one row per epoch to this CSV as each epoch ends (header written once)");
   tr->add_option("--dump-params", a.dump,

@@ -17,6 +17,8 @@ CliRunOptions::CliRunOptions(CLI::App* app, TrainConfig& cfg, const std::vector<
     } else {
       opt = app->add_option("--" + o.name, text_[n], o.help)->type_name(o.value);
       if (o.get) opt->default_str(o.get(cfg));
+      // Given more than once: one text, the values joined with ';' (the table's check reads it).
+      if (o.repeat) opt->multi_option_policy(CLI::MultiOptionPolicy::Join)->delimiter(';');
     }
     opt_[n] = opt;
   }

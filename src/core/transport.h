@@ -107,6 +107,11 @@ class Transport {
   // false and ignored.
   virtual bool paced() const { return false; }
   virtual void issue(int rank, std::chrono::steady_clock::time_point t) { (void)rank; (void)t; }
+  // Seconds rank's send (receive) link has been occupied by its transfers on the emulated link
+  // since the transport was made (LinkFabric::send_busy_seconds; exact for this process's ranks).
+  // Others: 0.
+  virtual double link_send_seconds(int rank) const { (void)rank; return 0; }
+  virtual double link_recv_seconds(int rank) const { (void)rank; return 0; }
 };
 
 // A step's moves when every rank's published buffer is addressable here (bufs[r]): the receives

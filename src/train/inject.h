@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "collectives/link.h"
+
 namespace dpb {
 
 // The phases a delay can be injected into: the step's compute phases (breakdown.h's names).
@@ -45,5 +47,9 @@ void validate_injections(const Injections& inj, int devices);
 
 // Rank `rank` at the start of phase `phase` of step `step`: sleeps for the delays injected there.
 void inject_delay(const Injections& inj, int rank, std::string_view phase, int step);
+
+// `base` with inj's link injections as per-rank bandwidth overrides (LinkSpec::rank_gbps): the
+// link the group's transport is paced by (enabled when there is an override).
+LinkSpec injected_link(const LinkSpec& base, const Injections& inj);
 
 }  // namespace dpb

@@ -13,6 +13,7 @@
 #include "src/core/memory.h"
 #include "src/core/registry.h"
 #include "src/model/model.h"
+#include "src/train/inject.h"
 #include "src/train/loss.h"
 #include "src/train/optimizer.h"
 #include "src/train/run_data.h"
@@ -101,6 +102,12 @@ std::string link_value(const std::string& text, bool gbps) {
 }
 
 std::string any_text(const std::string&) { return ""; }
+
+std::string entry_list(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : " | ") + n;
+  return s;
+}
 
 const std::string kOnOff[] = {"on", "off"};
 
@@ -254,6 +261,22 @@ std::vector<RunOption> make_table() {
            " (synthetic: the sharding notebook's batch of ones, sized to the model's input)",
        [](const std::string& t) { return member(data_sources(), t, "data source"); },
        [](C& c, const std::string& t) { c.data = t; }, [](const C& c) { return c.data; }},
+      // Faults on purpose, to prove the straggler report (src/train/inject.h); train only.
+      {"inject", "", false, "SPEC",
+       "a fault on purpose: delay:rank=R,phase=P,ms=D[,every=N] (rank R sleeps D ms at the start "
+       "of phase P: " + entry_list(injectable_phases()) + ", every N-th step) or "
+       "link:rank=R,gbps=G (rank R's links run at G Gb/s on the emulated link); repeat the flag "
+       "or join specs with ';'",
+       [](const std::string& t) {
+         Injections inj;
+         try {
+           parse_injections(t, inj);  // its messages name --inject
+         } catch (const std::exception& e) {
+           return reason_of(e);
+         }
+         return std::string();
+       },
+       [](C& c, const std::string& t) { parse_injections(t, c.inject); }, nullptr, true},
       {"data-dir", "data_dir", false, "DIR",
        "Fashion-MNIST IDX directory (default: $DPBENCH_DATA, else /usr/share/datasets/fashion-mnist)",
        any_text, nullptr, nullptr},

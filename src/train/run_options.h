@@ -41,6 +41,8 @@ struct RunOption {
   void (*set)(TrainConfig& cfg, const std::string& text);
   // The field's value in cfg, for --help's defaults; nullptr with set.
   std::string (*get)(const TrainConfig& cfg);
+  // The flag may be given more than once: the front end joins its values with ';' (--inject).
+  bool repeat = false;
 };
 
 const std::vector<RunOption>& run_options();
