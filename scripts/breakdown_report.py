@@ -65,13 +65,14 @@ def rank_means(path):
 
 def straggler_words(row):
     """dpbench's straggler verdict from an epoch row's straggler_* columns ('' without them)."""
-    rank = (row.get("straggler_rank") or "").strip()
-    if rank in ("", None):
+    rank = row.get("straggler_rank")  # a number where suitelib reads the column as one
+    if rank is None or str(rank).strip() == "":
         return ""
-    if int(float(rank)) < 0:
+    rank = int(float(rank))
+    if rank < 0:
         return "no straggler"
     ms = lambda k: 1e3 * float(row.get(k) or 0)
-    return (f"straggler: rank {int(float(rank))} loses {ms('straggler_loss_s'):.2f} ms per step "
+    return (f"straggler: rank {rank} loses {ms('straggler_loss_s'):.2f} ms per step "
             f"in {row.get('straggler_phase') or '?'}; the others wait "
             f"{ms('straggler_wait_s'):.2f} ms per step for their peers")
 
