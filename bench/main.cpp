@@ -25,6 +25,7 @@
 #include "collectives/mpi/mpi_transport.h"
 #include "collectives/registry.h"
 #include "src/core/check.h"
+#include "src/core/files.h"
 #include "src/core/registry.h"
 #include "src/core/launcher.h"
 #include "kernels/machine_info.h"
@@ -74,6 +75,10 @@ std::string dpb_flags_help() {
        "binary (default 256M). The sweep for k ranks also stops where k * n > "
        "--dpb_max_total_bytes (default 1G, so k = 8 stops at 128 MiB) or where the CPU buffers "
        "would exceed half the available memory.");
+  line("--dpb_trace=FILE", "a Chrome trace event file (Perfetto, chrome://tracing) of the "
+       "timed collective calls of the allreduce, reducescatter, allgather and gradsync families: "
+       "one span per call on its rank's comm track, with algorithm and bytes (check it with "
+       "scripts/check_trace.py FILE --tracks comm). Ranks as threads only, not under mpirun.");
   for (const dpb::ModelEntry& m : dpb::models())
     line("--dpb_" + m.name + "_batch=N", "overlap: " + m.name + "'s global batch (default " +
          std::to_string(m.bench_batch) + "; limits as dpbench --batch: 1 to " +
@@ -224,6 +229,9 @@ BenchConfig parse_dpb_flags(int* argc, char** argv) {
         cfg.max_bytes = parse_bytes(k, v);
       } else if (k == "--dpb_max_total_bytes") {
         cfg.max_total_bytes = parse_bytes(k, v);
+      } else if (k == "--dpb_trace") {
+        dpb::check_output_path(v);  // refused now, not after the run
+        cfg.trace_path = v;
       } else {
         bool model = false;  // --dpb_<model>_batch: a global batch, limits as --batch
         for (const dpb::ModelEntry& m : dpb::models())
@@ -285,6 +293,8 @@ class NullReporter final : public benchmark::BenchmarkReporter {
 };
 
 int main(int argc, char** argv) {
+  std::string command;  // for --dpb_trace's description of the run
+  for (int i = 0; i < argc; ++i) command.append(i ? " " : "").append(argv[i]);
   BenchConfig cfg = parse_dpb_flags(&argc, argv);
   // Under mpirun/srun: one rank per process, the allreduce, reducescatter and allgather families
   // only (allreduce_procs_bench.cpp).
@@ -300,6 +310,10 @@ int main(int argc, char** argv) {
     die(e.what());
   }
   const bool root = cfg.proc_rank == 0;
+  // Each process would need the others' spans and their clocks (the trainer's --trace gathers
+  // them; the micro does not yet).
+  if (mpi && !cfg.trace_path.empty())
+    die("--dpb_trace: ranks as threads only, not under mpirun/srun (one rank per process)");
 
   // Our defaults for --benchmark_min_time and --benchmark_out; the JSON goes to FILE.tmp.<pid>
   // and is renamed to FILE when the run ends, so a results file is never half-written.
@@ -394,6 +408,13 @@ int main(int argc, char** argv) {
     std::filesystem::rename(tmp_path, out_path, ec);
     if (ec) die("could not rename " + tmp_path + " to " + out_path + ": " + ec.message());
     std::fprintf(stderr, "dpbench-micro: wrote %s\n", out_path.c_str());
+  }
+  if (env.tracing() && !listing) {
+    try {
+      env.write_trace(command);
+    } catch (const std::exception& e) {
+      die(e.what());
+    }
   }
   return 0;
 }
