@@ -28,11 +28,14 @@ CommQueue::~CommQueue() {
   thread_.join();
 }
 
-void CommQueue::run(const Job& job, Clock::time_point issued) {
+void CommQueue::run(Queued& q) {
   try {
+    RankTimeline::OpenComm span;
+    if (tl_) span = tl_->begin_comm(q.epoch, q.step);
     timer_->begin();
-    job(issued);
+    q.job(q.issued);
     timer_->end();
+    if (tl_) tl_->end_comm(span, q.info);
   } catch (const std::exception& e) {
     abort_(e.what());
     throw;
@@ -42,15 +45,17 @@ void CommQueue::run(const Job& job, Clock::time_point issued) {
   }
 }
 
-long CommQueue::submit(Job job) {
+long CommQueue::submit(Job job, CommJobInfo info) {
   const auto issued = Clock::now();
   const long ticket = ++submitted_;
+  Queued q{std::move(job), -1, issued, std::move(info), tl_ ? tl_->epoch() : 0,
+           tl_ ? tl_->step() : -1};
   if (!thread_.joinable()) {  // inline: ordered after all compute issued so far
     if (error_) std::rethrow_exception(error_);
     ++calls_;  // a failed job counts, as on the thread
     try {
       dev_.comm_wait_compute();
-      run(job, issued);
+      run(q);
     } catch (...) {
       error_ = std::current_exception();
       throw;
@@ -60,10 +65,10 @@ long CommQueue::submit(Job job) {
   }
   // The mark is taken here, on the submitting thread: the job waits for exactly the compute
   // issued before it, not for what the caller issues after.
-  const int mark = dev_.compute_mark();
+  q.mark = dev_.compute_mark();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    queue_.push_back({std::move(job), mark, issued});
+    queue_.push_back(std::move(q));
   }
   work_cv_.notify_one();
   return ticket;
@@ -81,7 +86,7 @@ void CommQueue::loop() {
       std::exception_ptr err;
       try {
         dev_.comm_wait_mark(q.mark);
-        run(q.job, q.issued);
+        run(q);
       } catch (...) {
         err = std::current_exception();
       }

@@ -15,6 +15,9 @@
 // Errors: a job that throws calls `abort` (so peers waiting in a collective wake up), later jobs
 // are dropped, and wait() rethrows on the submitting thread. Destroyed with jobs in flight (a
 // failed step), the queue aborts the same way before joining its thread.
+// Timeline (set_timeline): each job is a comm-stream span of the rank's timeline (what it is:
+// submit's CommJobInfo), tagged with the step the submitting thread was in; its start is the
+// rank's arrival at that collective (the breakdown's waiting for peers, src/train/breakdown.h).
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -27,6 +30,7 @@
 #include <thread>
 
 #include "src/core/device.h"
+#include "src/core/timeline.h"
 
 namespace dpb {
 
@@ -41,7 +45,9 @@ class CommQueue {
   CommQueue& operator=(const CommQueue&) = delete;
 
   // Queues job; returns its ticket (1, 2, ... in submission order). Inline: runs it first.
-  long submit(Job job);
+  long submit(Job job, CommJobInfo info = {});
+  // Records every job from here on in tl (nullptr: none). Only while no job is in flight.
+  void set_timeline(RankTimeline* tl) { tl_ = tl; }
   // Returns when every job up to `ticket` has run; rethrows the first job's failure.
   void wait(long ticket);
   void wait_all() { wait(submitted_); }
@@ -56,13 +62,15 @@ class CommQueue {
   void reset_times();
 
  private:
-  void run(const Job& job, Clock::time_point issued);  // timed; on failure aborts and rethrows
+  struct Queued;
+  void run(Queued& q);  // timed; on failure aborts and rethrows
   void loop();
 
   Device& dev_;
   const int rank_;
   std::function<void(const std::string&)> abort_;
   std::unique_ptr<StreamTimer> timer_;
+  RankTimeline* tl_ = nullptr;
   long submitted_ = 0;
   long calls_ = 0;
 
@@ -72,6 +80,8 @@ class CommQueue {
     Job job;
     int mark;  // the compute stream's mark at submit()
     Clock::time_point issued;
+    CommJobInfo info;
+    int epoch, step;  // the timeline's at submit()
   };
   std::deque<Queued> queue_;
   long done_ = 0;

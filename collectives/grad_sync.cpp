@@ -138,7 +138,7 @@ void GradSync::launch(int unit) {
   q_.submit([this, buf, u](CommQueue::Clock::time_point issued) {
     ar_.issue(rank_, issued);
     ar_.run(rank_, buf, u.count);
-  });
+  }, CommJobInfo{"all-reduce", ar_.choice(u.count), uint64_t(u.count) * sizeof(float), unit});
 }
 
 const SyncTimes& GradSync::times() {

@@ -97,6 +97,9 @@ class GradSync {
   // The steps' times so far; waits for their timed device work. Not while a step is in flight.
   const SyncTimes& times();
   void reset_times();
+  // Records its all-reduces in tl (comm stream spans: algorithm, bytes, unit). No job in flight.
+  void set_timeline(RankTimeline* tl) { q_.set_timeline(tl); }
+  void wait_idle() { q_.wait_all(); }  // every all-reduce submitted so far has run
   const std::vector<Unit>& units() const { return units_; }
 
  private:

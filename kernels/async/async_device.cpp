@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <sstream>
+#include <utility>
 
 #include "src/core/check.h"
 #include "kernels/cpu/cpu_device.h"
@@ -50,6 +52,41 @@ class AsyncTimer final : public StreamTimer {
   struct State {
     Clock::time_point t0;  // worker only
     std::atomic<int64_t> total_ns{0};
+  };
+  std::shared_ptr<async::Stream> s_;
+  std::shared_ptr<State> st_ = std::make_shared<State>();
+  uint64_t last_ = 0;
+};
+
+// Stamps taken by a stream's worker when it reaches them, as CUDA events would be.
+class AsyncStamps final : public StreamStamps {
+ public:
+  explicit AsyncStamps(std::shared_ptr<async::Stream> s) : s_(std::move(s)) {}
+  size_t stamp() override {
+    size_t i;
+    {
+      std::lock_guard<std::mutex> lk(st_->mu);
+      i = st_->t.size();
+      st_->t.push_back(0.0);
+    }
+    s_->enqueue_stamp([st = st_, i] {
+      const double now = steady_seconds();
+      std::lock_guard<std::mutex> lk(st->mu);
+      st->t[i] = now;
+    });
+    last_ = s_->issued();
+    return i;
+  }
+  std::vector<double> take() override {
+    s_->wait_done(last_);
+    std::lock_guard<std::mutex> lk(st_->mu);
+    return std::exchange(st_->t, {});
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::vector<double> t;
   };
   std::shared_ptr<async::Stream> s_;
   std::shared_ptr<State> st_ = std::make_shared<State>();
@@ -322,6 +359,10 @@ void AsyncDevice::comm_wait_mark(int token) {
 
 std::unique_ptr<StreamTimer> AsyncDevice::make_timer(StreamKind s) {
   return std::make_unique<AsyncTimer>(s == StreamKind::Comm ? comm_ : compute_);
+}
+
+std::unique_ptr<StreamStamps> AsyncDevice::make_stamps(StreamKind s) {
+  return std::make_unique<AsyncStamps>(s == StreamKind::Comm ? comm_ : compute_);
 }
 
 std::unique_ptr<Device> make_async_device(int rank, const AsyncOptions& opt) {

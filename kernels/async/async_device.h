@@ -167,6 +167,7 @@ class AsyncDevice final : public Device {
   int compute_mark() override;
   void comm_wait_mark(int token) override;
   std::unique_ptr<StreamTimer> make_timer(StreamKind s) override;
+  std::unique_ptr<StreamStamps> make_stamps(StreamKind s) override;
 
  private:
   void check_error();  // throws the sticky error of an earlier op

@@ -141,6 +141,7 @@ class CudaDevice final : public Device {
   void comm_synchronize() override;
   void cancel_waits(const std::string& why) override;
   std::unique_ptr<StreamTimer> make_timer(StreamKind s) override;
+  std::unique_ptr<StreamStamps> make_stamps(StreamKind s) override;
 
  private:
   using ConvKey = std::array<int, 9>;

@@ -151,6 +151,65 @@ void CudaDevice::cancel_waits(const std::string& why) {
   cancelled_.store(true);
 }
 
+namespace {
+// Points on a stream as CUDA events; take() records an anchor event after them, waits for it and
+// reads the host clock: each point's time is the anchor's minus the events' elapsed time (the
+// anchor completes as the host's wait returns, to within the wake-up: microseconds).
+class CudaStamps final : public StreamStamps {
+ public:
+  CudaStamps(CudaDevice& dev, cudaStream_t st) : dev_(dev), st_(st) {}
+  ~CudaStamps() override {
+    if (cudaSetDevice(dev_.gpu()) != cudaSuccess) (void)cudaGetLastError();
+    for (cudaEvent_t e : used_) (void)cudaEventDestroy(e);
+    for (cudaEvent_t e : free_) (void)cudaEventDestroy(e);
+  }
+  size_t stamp() override {
+    CUDA_CHECK(cudaSetDevice(dev_.gpu()));
+    cudaEvent_t e = take_event();
+    CUDA_CHECK(cudaEventRecord(e, st_));
+    used_.push_back(e);
+    return used_.size() - 1;
+  }
+  std::vector<double> take() override {
+    std::vector<double> t(used_.size());
+    if (used_.empty()) return t;
+    CUDA_CHECK(cudaSetDevice(dev_.gpu()));
+    cudaEvent_t anchor = take_event();
+    CUDA_CHECK(cudaEventRecord(anchor, st_));
+    dev_.wait_event(anchor, "timeline stamps");
+    const double now = steady_seconds();
+    for (size_t i = 0; i < used_.size(); ++i) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, used_[i], anchor));
+      t[i] = now - double(ms) * 1e-3;
+      free_.push_back(used_[i]);
+    }
+    free_.push_back(anchor);
+    used_.clear();
+    return t;
+  }
+
+ private:
+  cudaEvent_t take_event() {
+    if (!free_.empty()) {
+      cudaEvent_t e = free_.back();
+      free_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreate(&e));  // with timing
+    return e;
+  }
+  CudaDevice& dev_;
+  cudaStream_t st_;
+  std::vector<cudaEvent_t> used_, free_;
+};
+}  // namespace
+
+std::unique_ptr<StreamStamps> CudaDevice::make_stamps(StreamKind s) {
+  return std::make_unique<CudaStamps>(*this, s == StreamKind::Comm ? comm_ : compute_);
+}
+
 std::unique_ptr<StreamTimer> CudaDevice::make_timer(StreamKind s) {
   return std::make_unique<CudaStreamTimer>(*this, s == StreamKind::Comm ? comm_ : compute_);
 }

@@ -32,6 +32,8 @@
 #include "src/cli/run_options_cli.h"
 #include "src/train/loss.h"
 #include "src/train/optimizer.h"
+#include "src/core/trace_json.h"
+#include "src/train/breakdown.h"
 #include "src/train/train_csv.h"
 #include "src/train/run_options.h"
 #include "src/train/run_data.h"
@@ -63,14 +65,49 @@ std::string pick_backend(const std::string& b, bool say) {
   return pick.name;
 }
 
+// Outputs of `dpbench train` besides stdout (rank 0 writes them).
+struct TrainOutputs {
+  std::string csv, dump, steps_csv, trace;
+};
+
+// --trace: every rank's spans, one process per rank, named by its device.
+void write_run_trace(const std::string& path, const TrainConfig& cfg, const TrainResult& res) {
+  TraceInfo info;
+  for (int r = 0; r < cfg.devices; ++r) {
+    const std::string dev = size_t(r) < res.device_names.size() ? res.device_names[size_t(r)] : "";
+    info.process_names.push_back("rank " + std::to_string(r) + (dev.empty() ? "" : ": " + dev));
+  }
+  info.other = {{"tool", "dpbench train"},
+                {"model", cfg.model},
+                {"devices", std::to_string(cfg.devices)},
+                {"launcher", launcher_name(cfg.launcher())},
+                {"backend", cfg.backend},
+                {"global_batch", std::to_string(cfg.batch)},
+                {"allreduce", res.allreduce_resolved},
+                {"grad_sync", to_string(cfg.sync.mode)},
+                {"overlap", cfg.sync.overlap ? "on" : "off"},
+                {"shard", to_string(cfg.shard)},
+                {"link", cfg.link.label()},
+                {"inject", cfg.inject.describe()}};
+  write_chrome_trace(path, res.trace, info);
+}
+
 int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_limit,
-              int test_limit, const std::string& csv_in, const std::string& dump_in, bool quiet) {
+              int test_limit, const TrainOutputs& out, bool quiet) {
   TrainConfig cfg = cfg_in;
+  const std::string& csv_in = out.csv;
+  const std::string& dump_in = out.dump;
   // Process mode: only rank 0 prints, writes the CSV and the parameters.
   const bool root = !cfg.procs.active() || cfg.procs.rank == 0;
   const std::string csv = root ? csv_in : "", dump = root ? dump_in : "";
   quiet = quiet || !root;
   // Output paths are checked before any work: a bad --csv must not cost a training run.
+  const std::string steps_csv = root ? out.steps_csv : "", trace = root ? out.trace : "";
+  check_distinct_outputs({{"--csv", csv}, {"--dump-params", dump}, {"--steps-csv", steps_csv},
+                          {"--trace", trace}});
+  if (!steps_csv.empty()) check_output_path(steps_csv);
+  if (!trace.empty()) check_output_path(trace);
+  cfg.trace = !out.trace.empty();  // every rank records its host track for rank 0's file
   std::optional<CsvAppender> csv_out;
   if (!csv.empty()) csv_out.emplace(csv, train_csv_header());
   if (!dump.empty()) check_output_path(dump);
@@ -136,6 +173,14 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
                   format_mem_bytes(res.peak_mem[i].total()).c_str(),
                   res.peak_mem[i].breakdown().c_str(),
                   cfg.device_mem ? (" of " + format_mem_bytes(cfg.device_mem)).c_str() : "");
+  // Where the time went, per rank (breakdown.h), and the files of it.
+  if (!quiet && math && !res.steps.empty()) {
+    std::printf("%s", format_breakdown(res.steps).c_str());
+    if (!res.waits_known)
+      std::printf("(waiting for peers unknown: the ranks' collectives did not match one to one)\n");
+  }
+  if (!steps_csv.empty() && math) write_steps_csv(steps_csv, res.steps);
+  if (!trace.empty() && math) write_run_trace(trace, cfg, res);
   for (const auto& s : res.epochs)
     if (!s.replicas_in_sync) {
       std::fprintf(stderr, "dpbench: replicas diverged in epoch %d (max |diff| %g)\n", s.epoch,
@@ -195,7 +240,7 @@ int run_info() {
 // `dpbench train`'s flags: the shared run options (src/train/run_options.h) and its own outputs.
 struct TrainArgs {
   TrainConfig cfg;
-  std::string csv, dump;
+  TrainOutputs out;
   bool quiet = false;
   std::unique_ptr<CliRunOptions> run;
 };
@@ -220,9 +265,15 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                                "tune-file", "grad-sync", "overlap", "bucket-mb", "shard", "seed", "threads",
                                "link-gbps", "link-latency-us", "tf32", "device-mem", "train-limit",
                                "test-limit", "data-dir", "inject"});
-  tr->add_option("--csv", a.csv,
+  tr->add_option("--steps-csv", a.out.steps_csv,
+                 "write one row per rank and step: each phase's seconds (data, forward, backward, "
+                 "optimizer, exposed comm, comm busy, waiting for peers, own comm)");
+  tr->add_option("--trace", a.out.trace,
+                 "write every rank's timeline as a Chrome trace (JSON: Perfetto, chrome://tracing): "
+                 "a process per rank, tracks host / compute / comm");
+  tr->add_option("--csv", a.out.csv,
                  "append one row per epoch to this CSV as each epoch ends (header written once)");
-  tr->add_option("--dump-params", a.dump,
+  tr->add_option("--dump-params", a.out.dump,
                  "write replica 0's final parameters as raw little-endian float32, model order");
   tr->add_flag("--quiet", a.quiet, "no per-epoch lines on stdout");
   return tr;
@@ -243,7 +294,7 @@ int train_main(TrainArgs& t) {
       if (!t.run->given("devices")) t.cfg.devices = mpi->size();
     }
     return run_train(t.cfg, t.run->text("data-dir"), t.run->int_value("train-limit", 0),
-                     t.run->int_value("test-limit", 0), t.csv, t.dump, t.quiet);
+                     t.run->int_value("test-limit", 0), t.out, t.quiet);
   } catch (const OutOfMemory& e) {  // emulated (--device-mem) or real: exit 3, one message
     if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), e.what());  // ends every process
     std::fprintf(stderr, "dpbench: %s\n", e.what());

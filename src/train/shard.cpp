@@ -151,16 +151,20 @@ ShardedStep::ShardedStep(ShardMode mode, ShardLayout layout, CommGroup& group, A
 }
 
 void ShardedStep::wait_exposed(long ticket) {
+  PhaseRange ph(tl_, "comm wait");
   exposed_timer_->begin();
   q_.wait(ticket);
   dev_.compute_wait_comm();
   exposed_timer_->end();
 }
 
-long ShardedStep::submit(CommQueue::Job job) {
-  if (q_.threaded()) return q_.submit(std::move(job));
+long ShardedStep::submit(CommQueue::Job job, const char* what, const AllReduce& c, size_t count,
+                         int unit) {
+  CommJobInfo info{what, c.choice(count), uint64_t(count) * sizeof(float), unit};
+  if (q_.threaded()) return q_.submit(std::move(job), std::move(info));
+  PhaseRange ph(tl_, "comm wait");
   exposed_timer_->begin();
-  const long t = q_.submit(std::move(job));
+  const long t = q_.submit(std::move(job), std::move(info));
   exposed_timer_->end();
   return t;
 }
@@ -201,7 +205,7 @@ void ShardedStep::gather(int slot, int unit) {
     dev_.comm_copy(mine, src, own);  // this rank's part in place, then every rank's
     ag_.issue(rank_, issued);
     ag_.run(rank_, buf, count);
-  });
+  }, "all-gather", ag_, count, unit);
 }
 
 int ShardedStep::expect_unit(int i) {
@@ -267,7 +271,7 @@ void ShardedStep::grad_ready(int i) {
     rs_.issue(rank_, issued);
     rs_.run(rank_, buf, count);
     dev_.comm_copy(dst, mine, own);  // keep this rank's shard of the sums
-  });
+  }, "reduce-scatter", rs_, count, u);
 }
 
 void ShardedStep::finish_backward() {
@@ -301,7 +305,7 @@ void ShardedStep::update(float lr) {
     submit([=, this](CommQueue::Clock::time_point issued) {
       ag_.issue(rank_, issued);
       ag_.run(rank_, buf, count);
-    });
+    }, "all-gather", ag_, count, u);
   }
   wait_exposed(q_.submitted());
 }

@@ -130,6 +130,9 @@ class ShardedStep final : public ParamSource {
   double exposed_seconds();
   long calls() const { return q_.calls(); }
   void reset_times();
+  // Records its jobs (comm stream) and its exposed waits ("comm wait", compute stream) in tl.
+  void set_timeline(RankTimeline* tl) { tl_ = tl, q_.set_timeline(tl); }
+  void wait_idle() { q_.wait_all(); }  // every job submitted so far has run
   static ShardTraffic traffic(ShardMode mode, const ShardLayout& layout);
 
  private:
@@ -138,7 +141,8 @@ class ShardedStep final : public ParamSource {
   int bucket_for(int unit);  // the gradient bucket of unit, free for backward to write
   void wait_exposed(long ticket);
   // Queues a job; inline (overlap off) the compute side stands still while it runs: exposed.
-  long submit(CommQueue::Job job);
+  // what, c, count, unit: the collective it runs, for its timeline span.
+  long submit(CommQueue::Job job, const char* what, const AllReduce& c, size_t count, int unit);
 
   const ShardMode mode_;
   const ShardLayout layout_;
@@ -149,6 +153,7 @@ class ShardedStep final : public ParamSource {
   float *w_, *g_;
   Optimizer& opt_;
   std::unique_ptr<StreamTimer> exposed_timer_;
+  RankTimeline* tl_ = nullptr;
 
   enum class Phase { Idle, Forward, Backward } phase_ = Phase::Idle;
   int pos_ = -1;  // index of the current unit in the phase's order

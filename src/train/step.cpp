@@ -84,6 +84,19 @@ Replica make_replica(Device& dev, CommGroup& group, const std::string& model,
   return rep;
 }
 
+void attach_timeline(Replica& rep, bool host_spans) {
+  rep.timeline = std::make_unique<RankTimeline>(*rep.dev, rep.dev->rank(), host_spans);
+  if (rep.sync) rep.sync->set_timeline(rep.timeline.get());
+  if (rep.shard) rep.shard->set_timeline(rep.timeline.get());
+}
+
+std::vector<Span> take_timeline(Replica& rep) {
+  if (!rep.timeline) return {};
+  if (rep.sync) rep.sync->wait_idle();
+  if (rep.shard) rep.shard->wait_idle();
+  return rep.timeline->take();
+}
+
 void load_params(Replica& rep, const std::vector<float>& host_full) {
   DPB_CHECK(host_full.size() == rep.num_params(),
             "load_params: " << host_full.size() << " floats for a model of " << rep.num_params());
@@ -127,8 +140,17 @@ void gather(Replica& rep, const Split& split, const int* idx, int n) {
 }
 }  // namespace
 
+namespace {
+// The phase's injected delay (--inject), inside its range: a slow rank as the breakdown sees it.
+void delay(const Replica& rep, const char* phase) {
+  if (rep.inject && rep.timeline && !rep.inject->delays.empty())
+    inject_delay(*rep.inject, rep.dev->rank(), phase, rep.timeline->step());
+}
+}  // namespace
+
 void load_examples(Replica& rep, const Split& split, const int* idx, int n) {
-  NvtxRange nv("data");
+  PhaseRange ph(rep.timeline.get(), "data");
+  delay(rep, "data");
   // The host's gather first, untimed: on CUDA a timer begun before it on an idle GPU would count
   // the host's work as the stream's (data_s is the compute stream's loading time; README.md).
   gather(rep, split, idx, n);
@@ -142,7 +164,8 @@ void step_forward(Replica& rep, int n, float loss_scale, ParamSource* via) {
     if (rep.shard) rep.shard->skip_forward();
     return;
   }
-  NvtxRange nv("forward");
+  PhaseRange ph(rep.timeline.get(), "forward");
+  delay(rep, "forward");
   if (rep.shard) rep.shard->begin_forward();
   const float* logits = rep.model->forward(via ? *via : rep.params(), rep.x.get(), n, true);
   rep.loss->apply(*rep.dev, n, kClasses, logits, rep.y.get(), loss_scale, rep.dlogits.get(),
@@ -151,7 +174,8 @@ void step_forward(Replica& rep, int n, float loss_scale, ParamSource* via) {
 
 void step_backward(Replica& rep, int n, bool reduce, const std::function<void(int)>& on_ready,
                    ParamSource* via) {
-  NvtxRange nv("backward");
+  PhaseRange ph(rep.timeline.get(), "backward");
+  delay(rep, "backward");
   DPB_CHECK(reduce || !rep.shard, "a sharded step always communicates (step_backward reduce)");
   GradSync* sync = reduce ? rep.sync.get() : nullptr;
   ShardedStep* shard = rep.shard.get();
@@ -177,13 +201,14 @@ void step_backward(Replica& rep, int n, bool reduce, const std::function<void(in
 }
 
 void step_sync_wait(Replica& rep) {
-  NvtxRange nv("gradient sync wait");
+  PhaseRange ph(rep.timeline.get(), "gradient sync wait");
   if (rep.sync) rep.sync->finish();
   if (rep.shard) rep.shard->finish_backward();
 }
 
 void step_update(Replica& rep, float lr) {
-  NvtxRange nv("optimizer step");
+  PhaseRange ph(rep.timeline.get(), "optimizer step");
+  delay(rep, "optimizer");
   if (rep.shard)
     rep.shard->update(lr);
   else
@@ -274,13 +299,13 @@ EpochStats epoch_stats(const Replica& rep, CommGroup& group, int steps, int exam
 
 void evaluate_peer(Replica& rep, const Split& split, int batch) {
   if (!rep.shard || rep.shard->mode() != ShardMode::Parameters) return;  // nothing to take part in
-  NvtxRange nv("evaluate (gathers)");
+  PhaseRange ph(rep.timeline.get(), "evaluate (gathers)");
   for (int i0 = 0; i0 < split.n; i0 += batch) rep.shard->skip_forward();
   rep.shard->release_gathered();
 }
 
 double evaluate(Replica& rep, const Split& split, int batch_limit) {
-  NvtxRange nv("evaluate");
+  PhaseRange ph(rep.timeline.get(), "evaluate");
   Device& dev = *rep.dev;
   const int batch = batch_limit > 0 ? std::min(batch_limit, rep.model->max_batch())
                                     : rep.model->max_batch();

@@ -10,7 +10,8 @@
 //   train_step(rep, n, global_batch, lr);  // = step_forward, step_backward, step_sync_wait, step_update
 //
 // Every phase is an NVTX range ("broadcast parameters", "data", "forward", "backward",
-// "gradient sync wait", "optimizer step", "evaluate") on the rank's thread.
+// "gradient sync wait", "optimizer step", "evaluate") on the rank's thread and, once
+// attach_timeline has given the replica a timeline, a span of it (the breakdown, --trace).
 #pragma once
 #include <functional>
 #include <memory>
@@ -22,6 +23,8 @@
 #include "src/core/device.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
+#include "src/core/timeline.h"
+#include "src/train/inject.h"
 #include "src/train/loss.h"
 #include "src/train/optimizer.h"
 #include "src/train/shard.h"
@@ -66,6 +69,8 @@ struct RankSet {
 // use, so that they (and their communication threads) go first.
 struct Replica {
   Device* dev = nullptr;
+  // Its phases and comm jobs, per step (attach_timeline); before sync and shard, which record in it.
+  std::unique_ptr<RankTimeline> timeline;
   std::unique_ptr<Model> model;
   // Parameters, gradients, batch, logits gradient, {loss, correct}. w and g hold the whole model,
   // or this rank's compact shard where --shard shards them (shard.h).
@@ -81,6 +86,8 @@ struct Replica {
   CommGroup* group = nullptr;           // the group its collectives run in
   uint64_t sent_begin = 0, sent_steps = 0;  // bytes this rank sent: at begin_epoch, in the steps
   std::unique_ptr<StreamTimer> data_timer;  // training data loading, on the compute stream
+  const Injections* inject = nullptr;       // --inject's delays (the trainer's), or none
+  std::vector<double> link_send;  // this epoch: its emulated links' busy seconds (sent + received) after each step
   size_t num_params() const { return model->num_floats(); }
   ParamSource& params() { return shard ? static_cast<ParamSource&>(*shard) : *flat; }
 };
@@ -96,6 +103,12 @@ Replica make_replica(Device& dev, CommGroup& group, const std::string& model,
                      AllReduce& ar, const std::string& optimizer = "sgd",
                      const std::string& loss = "xent", ShardMode shard = ShardMode::None,
                      AllReduce* rs = nullptr, AllReduce* ag = nullptr);
+
+// Records the replica's phases (compute stream, and the host track with host_spans) and its
+// comm jobs from here on in rep.timeline (the breakdown and --trace; timeline.h).
+void attach_timeline(Replica& rep, bool host_spans);
+// The timeline's spans since the last call, with times (waits for its comm jobs and streams).
+std::vector<Span> take_timeline(Replica& rep);
 
 // Initial parameters: rank 0's replica (sharded at rest: every replica its shard) from the host's
 // full parameters (init_params). Then broadcast_params.

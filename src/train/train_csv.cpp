@@ -9,6 +9,7 @@
 #include "kernels/backends.h"
 #include "src/core/registry.h"
 #include "src/model/model.h"
+#include "src/core/check.h"
 #include "src/train/loss.h"
 #include "src/train/optimizer.h"
 #include "src/train/shard.h"
@@ -43,6 +44,23 @@ template <MemCategory C>
 std::string peak_of(Run, Ep e) {
   return std::to_string(e.peak_mem[C]);
 }
+// The per-rank breakdown (breakdown.h): phase P's epoch total, min (W 0) / mean (1) / max (2)
+// over the ranks.
+template <size_t P, int W>
+std::string spread(Run r, Ep e) {
+  if (e.breakdown.phases.size() <= P) return "";
+  const PhaseSpread& s = e.breakdown.phases[P];
+  return measured(r, num(W == 0 ? s.min : W == 1 ? s.avg : s.max));
+}
+#define DPB_SPREAD(P, NAME, WHAT)                                                             \
+  {NAME "_min_s", kNum, "the least over the ranks of their epoch total of " WHAT ", seconds",   \
+   spread<P, 0>},                                                                             \
+      {NAME "_avg_s", kNum, "the mean over the ranks of " WHAT ", seconds", spread<P, 1>},      \
+      {NAME "_max_s", kNum, "the most over the ranks of " WHAT ", seconds", spread<P, 2>}
+std::string straggler_num(Run r, Ep e, double v) {
+  return measured(r, e.breakdown.straggler.rank >= 0 ? num(v) : "");
+}
+
 // One column per category, named after mem_category_name (tests/test_memory.cpp checks).
 static_assert(kMemCategories == 8, "a memory category needs its peak_mem_<name>_bytes column");
 
@@ -165,7 +183,44 @@ const std::vector<CsvColumn>& train_csv_columns() {
        peak_of<MemCategory::Comm>},
       {"peak_mem_data_bytes", kNum, "at that peak: the input batch and its staging, bytes",
        peak_of<MemCategory::Data>},
+      DPB_SPREAD(0, "data", "data loading (compute stream)"),
+      DPB_SPREAD(1, "forward", "forward (less nested comm waits)"),
+      DPB_SPREAD(2, "backward", "backward (less nested comm waits)"),
+      DPB_SPREAD(3, "optimizer", "the optimizer step (less nested comm waits)"),
+      DPB_SPREAD(4, "exposed_comm", "compute waiting on comm"),
+      DPB_SPREAD(5, "comm_busy", "comm stream time in collectives"),
+      DPB_SPREAD(6, "wait", "waiting in collectives for the last peer to arrive"),
+      DPB_SPREAD(7, "comm_own", "own communication (emulated link: its links' busy time; else comm_busy - wait)"),
+      {"step_p50_s", kNum, "median step time (per step: the slowest rank's), seconds",
+       [](Run r, Ep e) { return measured(r, num(e.breakdown.step_p50)); }},
+      {"step_p95_s", kNum, "95th percentile of the step time, seconds",
+       [](Run r, Ep e) { return measured(r, num(e.breakdown.step_p95)); }},
+      {"step_p99_s", kNum, "99th percentile of the step time, seconds",
+       [](Run r, Ep e) { return measured(r, num(e.breakdown.step_p99)); }},
+      {"straggler_rank", kNum,
+       "the epoch's straggler (src/train/breakdown.h: a phase > 10% of the median step longer "
+       "than the other ranks' mean in most steps); -1: none",
+       [](Run r, Ep e) { return measured(r, integer(e.breakdown.straggler.rank)); }},
+      {"straggler_phase", kText, "data | forward | backward | optimizer | comm (empty: none)",
+       [](Run, Ep e) { return e.breakdown.straggler.phase; }},
+      {"straggler_loss_s", kNum, "its median excess per step in that phase, seconds",
+       [](Run r, Ep e) { return straggler_num(r, e, e.breakdown.straggler.loss_s); }},
+      {"straggler_wait_s", kNum, "the other ranks' median waiting for peers per step, seconds",
+       [](Run r, Ep e) { return straggler_num(r, e, e.breakdown.straggler.others_wait_s); }},
+      {"inject", kText, "--inject: faults injected on purpose (empty: none)",
+       [](Run r, Ep) { return r.cfg.inject.describe(); }},
   };
+  static const bool phases_match = [] {  // DPB_SPREAD's indices against the phase table
+    const auto& p = breakdown_phases();
+    const char* names[] = {"data", "forward", "backward", "optimizer", "exposed_comm",
+                           "comm_busy", "wait", "comm_own"};
+    DPB_CHECK(p.size() == std::size(names), "train CSV: the breakdown has " << p.size() << " phases");
+    for (size_t i = 0; i < p.size(); ++i)
+      DPB_CHECK(std::string(p[i].name) == names[i], "train CSV: breakdown phase " << i << " is "
+                                                         << p[i].name << ", not " << names[i]);
+    return true;
+  }();
+  (void)phases_match;
   return cols;
 }
 

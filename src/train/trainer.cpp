@@ -49,7 +49,8 @@ class Run {
  private:
   static RankSet make_ranks(const TrainConfig& cfg, const DeviceFactory& make_dev);
   void rank_main(int i);                         // i: local rank (index into reps_)
-  double train_epoch(int i, int e, double& lr);  // returns the epoch's time
+  // Returns the epoch's time; spans: the rank's timeline of it.
+  double train_epoch(int i, int e, double& lr, std::vector<Span>& spans);
   void report_epoch(EpochStats st, int e, double lr);  // rank 0
 
   const TrainConfig& cfg_;
@@ -77,13 +78,14 @@ RankSet Run::make_ranks(const TrainConfig& cfg, const DeviceFactory& make_dev) {
     std::unique_ptr<Device> dev =
         make_dev ? make_dev(r, threads)
                  : make_device(cfg.backend, r, DeviceOptions{threads, cfg.tf32, cfg.procs.local_rank});
-    return RankSet(std::move(dev), cfg.procs.size, cfg.allreduce, opts, cfg.link);
+    return RankSet(std::move(dev), cfg.procs.size, cfg.allreduce, opts,
+                   injected_link(cfg.link, cfg.inject));
   }
   std::vector<std::unique_ptr<Device>> devs;
   if (!make_dev) devs = make_devices(cfg.backend, cfg.devices, threads, cfg.tf32);
   else
     for (int r = 0; r < cfg.devices; ++r) devs.push_back(make_dev(r, threads));
-  return RankSet(std::move(devs), cfg.allreduce, opts, cfg.link);
+  return RankSet(std::move(devs), cfg.allreduce, opts, injected_link(cfg.link, cfg.inject));
 }
 
 // Sets up every local rank before any work, so configuration and memory errors surface here.
@@ -111,7 +113,12 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
     const bool link_named = ranks_.group->paced() && !cfg.procs.active();
     result_.device_names.push_back(ranks_[i].name() +
                                    (link_named ? " + link " + cfg.link.label() : ""));
+    attach_timeline(reps_.back(), cfg.trace);
+    reps_.back().inject = &cfg.inject;
   }
+  // Processes on several nodes: their steady clocks differ; read every time on rank 0's.
+  if (cfg.procs.active() && cfg.procs.local_size < cfg.procs.size)
+    reps_[0].timeline->set_clock_offset(clock_offset_to_rank0(*ranks_.group, cfg.procs.rank));
   const BackendEntry& backend = find_backend(cfg.backend);
   if (backend.physical_devices) {  // more ranks on this node than devices: they share them
     const int ndev = backend.physical_devices();
@@ -141,10 +148,23 @@ void Run::rank_main(int i) {
   for (int e = 0; e < cfg_.epochs; ++e) {
     NvtxRange nv_epoch("epoch " + std::to_string(e + 1));
     double lr = cfg_.lr;
-    const double epoch_s = train_epoch(i, e, lr);
+    std::vector<Span> spans;
+    const double epoch_s = train_epoch(i, e, lr, spans);
     // ---- end of epoch: replica check, statistics, evaluation (not timed) ----
     if (runs_math_) end_epoch(rep);  // meta: no parameters or sums to copy (nor to compare)
     EpochStats st = epoch_stats(rep, *ranks_.group, steps_, data_.train.n, epoch_s);
+    bool waits_known = true;
+    std::vector<StepRow> rows = gather_steps(
+        *ranks_.group, r, rank_steps(spans, r, e + 1, steps_, rep.link_send), &waits_known);
+    st.breakdown = summarize_steps(rows);
+    std::vector<Span> all_spans;
+    if (cfg_.trace) all_spans = gather_spans(*ranks_.group, r, spans);
+    if (r == 0) {
+      result_.steps.insert(result_.steps.end(), rows.begin(), rows.end());
+      result_.waits_known = result_.waits_known && waits_known;
+      result_.trace.insert(result_.trace.end(), all_spans.begin(), all_spans.end());
+    }
+    rep.timeline->set_step(e + 1, -1);  // evaluation's spans: outside the steps
     if (r == 0)
       report_epoch(st, e, lr);
     else
@@ -154,7 +174,7 @@ void Run::rank_main(int i) {
   if (r == 0) result_.final_params = rep.host_w;
 }
 
-double Run::train_epoch(int i, int e, double& lr) {
+double Run::train_epoch(int i, int e, double& lr, std::vector<Span>& spans) {
   Replica& rep = reps_[i];
   const int r = rep.dev->rank();
   const int ntrain = data_.train.n;
@@ -164,12 +184,21 @@ double Run::train_epoch(int i, int e, double& lr) {
   ranks_.group->barrier(r);  // processes: start the clock together
   const auto t0 = Clock::now();
   auto last_report = t0;
+  const bool paced = ranks_.group->paced();
+  rep.link_send.clear();
+  // Its links' busy time (sent and received) after each step: the breakdown's own comm time.
+  auto link_busy = [&] {
+    return ranks_.group->link_send_seconds(r) + ranks_.group->link_recv_seconds(r);
+  };
+  if (paced) rep.link_send.push_back(link_busy());
   for (int s = 0; s < steps_; ++s) {
+    rep.timeline->set_step(e + 1, s);
     const int gb = std::min(cfg_.batch, ntrain - s * cfg_.batch);
     const int lo = int(chunk_begin(gb, k_, r)), n = int(chunk_size(gb, k_, r));
     lr = lr_at(cfg_, e + double(s) / steps_);
     load_examples(rep, data_.train, perm_.data() + size_t(s) * cfg_.batch + lo, n);
     train_step(rep, n, gb, float(lr));
+    if (paced) rep.link_send.push_back(link_busy());
     if (r == 0 && cfg_.progress && since(last_report) > 10.0) {
       rep.dev->synchronize();
       last_report = Clock::now();
@@ -179,6 +208,8 @@ double Run::train_epoch(int i, int e, double& lr) {
   }
   rep.dev->synchronize();
   end_steps(rep);
+  rep.timeline->set_step(e + 1, -1);
+  spans = take_timeline(rep);
   pool_.align(i);
   ranks_.group->barrier(r);  // the epoch ends when the slowest rank is done
   return since(t0);
@@ -215,7 +246,11 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
   DPB_CHECK(cfg.warmup_epochs >= 0, "--warmup-epochs: must be >= 0, got " << cfg.warmup_epochs);
   DPB_CHECK(cfg.sync.bucket_mb > 0, "--bucket-mb: must be > 0, got " << cfg.sync.bucket_mb);
   validate_link(cfg.link, "--link-gbps", "--link-latency-us");
-  DPB_CHECK(!cfg.link.enabled() || backend.emulated_link,
+  validate_injections(cfg.inject, cfg.devices);
+  const LinkSpec link = injected_link(cfg.link, cfg.inject);  // what the transport is paced by
+  DPB_CHECK(cfg.inject.links.empty() || backend.emulated_link,
+            "--inject link: a slow link is emulated; it needs --backend " << emulated_link_backends());
+  DPB_CHECK(!link.enabled() || backend.emulated_link,
             "--link-gbps/--link-latency-us: the emulated link needs --backend "
                 << emulated_link_backends() << " (GPU transfers use the real interconnect)");
   DPB_CHECK(cfg.threads >= 0, "--threads: must be >= 0, got " << cfg.threads);
@@ -238,7 +273,7 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
               "--devices " << cfg.devices << ": this run has " << cfg.procs.size
                            << " processes (one rank each); omit --devices or give " << cfg.procs.size);
     // The help's first word names the library call (mpi: "MPI_Allreduce in place ...").
-    DPB_CHECK(!cfg.link.enabled() || algorithm.link_paced,
+    DPB_CHECK(!link.enabled() || algorithm.link_paced,
               "--link-gbps/--link-latency-us: --allreduce "
                   << cfg.allreduce << " (" << algorithm.help.substr(0, algorithm.help.find(' '))
                   << ") is not paced by the emulated link; use "

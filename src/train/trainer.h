@@ -23,6 +23,7 @@
 #include "src/core/memory.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
+#include "src/train/breakdown.h"
 #include "src/train/inject.h"
 #include "src/train/shard.h"
 
@@ -87,6 +88,8 @@ struct EpochStats {
   // Every rank's peak so far (index: rank), gathered by epoch_stats before evaluation: what the
   // processes of other ranks report (this process's own ranks are read again after it).
   std::vector<MemoryUsage> rank_peaks;
+  // Every rank's phases this epoch (breakdown.h): spreads over ranks, step percentiles, straggler.
+  BreakdownStats breakdown;
 };
 
 struct TrainResult {
@@ -97,6 +100,12 @@ struct TrainResult {
   bool shared_gpu = false;
   // Each local rank's device memory at its peak (by category), in rank order; device_names'.
   std::vector<MemoryUsage> peak_mem;
+  // Every rank's steps of every epoch so far (breakdown.h), sorted by (epoch, step, rank); whether
+  // their waits are known (the ranks' comm jobs matched one to one).
+  std::vector<StepRow> steps;
+  bool waits_known = true;
+  // cfg.trace: every rank's spans (timeline.h), rank 0's clock.
+  std::vector<Span> trace;
 };
 
 // Throws dpb::Error naming the argument when the configuration is invalid (before any work).
