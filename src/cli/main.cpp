@@ -108,6 +108,7 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
   if (!steps_csv.empty()) check_output_path(steps_csv);
   if (!trace.empty()) check_output_path(trace);
   cfg.trace = !out.trace.empty();  // every rank records its host track for rank 0's file
+  DPB_CHECK(cfg.breakdown || out.steps_csv.empty(), "--steps-csv: needs --breakdown on");
   std::optional<CsvAppender> csv_out;
   if (!csv.empty()) csv_out.emplace(csv, train_csv_header());
   if (!dump.empty()) check_output_path(dump);
@@ -264,7 +265,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                                "warmup-epochs", "allreduce",
                                "tune-file", "grad-sync", "overlap", "bucket-mb", "shard", "seed", "threads",
                                "link-gbps", "link-latency-us", "tf32", "device-mem", "train-limit",
-                               "test-limit", "data-dir", "inject"});
+                               "test-limit", "data-dir", "inject", "breakdown"});
   tr->add_option("--steps-csv", a.out.steps_csv,
                  "write one row per rank and step: each phase's seconds (data, forward, backward, "
                  "optimizer, exposed comm, comm busy, waiting for peers, own comm)");

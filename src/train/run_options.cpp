@@ -261,6 +261,16 @@ std::vector<RunOption> make_table() {
            " (synthetic: the sharding notebook's batch of ones, sized to the model's input)",
        [](const std::string& t) { return member(data_sources(), t, "data source"); },
        [](C& c, const std::string& t) { c.data = t; }, [](const C& c) { return c.data; }},
+      // The per-rank breakdown's timelines (src/train/breakdown.h); off measures their cost.
+      {"breakdown", "", false, "on|off",
+       "on | off: record every rank's phases per step (the breakdown, straggler report, "
+       "--steps-csv, --trace)",
+       [](const std::string& t) {
+         return t == kOnOff[0] || t == kOnOff[1] ? std::string()
+                                                 : "expected on or off, got '" + t + "'";
+       },
+       [](C& c, const std::string& t) { c.breakdown = t == kOnOff[0]; },
+       [](const C& c) { return kOnOff[c.breakdown ? 0 : 1]; }},
       // Faults on purpose, to prove the straggler report (src/train/inject.h); train only.
       {"inject", "", false, "SPEC",
        "a fault on purpose: delay:rank=R,phase=P,ms=D[,every=N] (rank R sleeps D ms at the start "

@@ -143,8 +143,8 @@ void gather(Replica& rep, const Split& split, const int* idx, int n) {
 namespace {
 // The phase's injected delay (--inject), inside its range: a slow rank as the breakdown sees it.
 void delay(const Replica& rep, const char* phase) {
-  if (rep.inject && rep.timeline && !rep.inject->delays.empty())
-    inject_delay(*rep.inject, rep.dev->rank(), phase, rep.timeline->step());
+  if (rep.inject && !rep.inject->delays.empty() && rep.step >= 0)
+    inject_delay(*rep.inject, rep.dev->rank(), phase, rep.step);
 }
 }  // namespace
 

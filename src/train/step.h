@@ -87,6 +87,7 @@ struct Replica {
   uint64_t sent_begin = 0, sent_steps = 0;  // bytes this rank sent: at begin_epoch, in the steps
   std::unique_ptr<StreamTimer> data_timer;  // training data loading, on the compute stream
   const Injections* inject = nullptr;       // --inject's delays (the trainer's), or none
+  int step = -1;                            // the epoch's step the trainer is in (-1: none)
   std::vector<double> link_send;  // this epoch: its emulated links' busy seconds (sent + received) after each step
   size_t num_params() const { return model->num_floats(); }
   ParamSource& params() { return shard ? static_cast<ParamSource&>(*shard) : *flat; }

@@ -113,11 +113,11 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
     const bool link_named = ranks_.group->paced() && !cfg.procs.active();
     result_.device_names.push_back(ranks_[i].name() +
                                    (link_named ? " + link " + cfg.link.label() : ""));
-    attach_timeline(reps_.back(), cfg.trace);
+    if (cfg.breakdown || cfg.trace) attach_timeline(reps_.back(), cfg.trace);
     reps_.back().inject = &cfg.inject;
   }
   // Processes on several nodes: their steady clocks differ; read every time on rank 0's.
-  if (cfg.procs.active() && cfg.procs.local_size < cfg.procs.size)
+  if (reps_[0].timeline && cfg.procs.active() && cfg.procs.local_size < cfg.procs.size)
     reps_[0].timeline->set_clock_offset(clock_offset_to_rank0(*ranks_.group, cfg.procs.rank));
   const BackendEntry& backend = find_backend(cfg.backend);
   if (backend.physical_devices) {  // more ranks on this node than devices: they share them
@@ -153,18 +153,20 @@ void Run::rank_main(int i) {
     // ---- end of epoch: replica check, statistics, evaluation (not timed) ----
     if (runs_math_) end_epoch(rep);  // meta: no parameters or sums to copy (nor to compare)
     EpochStats st = epoch_stats(rep, *ranks_.group, steps_, data_.train.n, epoch_s);
-    bool waits_known = true;
-    std::vector<StepRow> rows = gather_steps(
-        *ranks_.group, r, rank_steps(spans, r, e + 1, steps_, rep.link_send), &waits_known);
-    st.breakdown = summarize_steps(rows);
-    std::vector<Span> all_spans;
-    if (cfg_.trace) all_spans = gather_spans(*ranks_.group, r, spans);
-    if (r == 0) {
-      result_.steps.insert(result_.steps.end(), rows.begin(), rows.end());
-      result_.waits_known = result_.waits_known && waits_known;
-      result_.trace.insert(result_.trace.end(), all_spans.begin(), all_spans.end());
+    if (rep.timeline) {
+      bool waits_known = true;
+      std::vector<StepRow> rows = gather_steps(
+          *ranks_.group, r, rank_steps(spans, r, e + 1, steps_, rep.link_send), &waits_known);
+      st.breakdown = summarize_steps(rows);
+      std::vector<Span> all_spans;
+      if (cfg_.trace) all_spans = gather_spans(*ranks_.group, r, spans);
+      if (r == 0) {
+        result_.steps.insert(result_.steps.end(), rows.begin(), rows.end());
+        result_.waits_known = result_.waits_known && waits_known;
+        result_.trace.insert(result_.trace.end(), all_spans.begin(), all_spans.end());
+      }
+      rep.timeline->set_step(e + 1, -1);  // evaluation's spans: outside the steps
     }
-    rep.timeline->set_step(e + 1, -1);  // evaluation's spans: outside the steps
     if (r == 0)
       report_epoch(st, e, lr);
     else
@@ -192,7 +194,8 @@ double Run::train_epoch(int i, int e, double& lr, std::vector<Span>& spans) {
   };
   if (paced) rep.link_send.push_back(link_busy());
   for (int s = 0; s < steps_; ++s) {
-    rep.timeline->set_step(e + 1, s);
+    rep.step = s;
+    if (rep.timeline) rep.timeline->set_step(e + 1, s);
     const int gb = std::min(cfg_.batch, ntrain - s * cfg_.batch);
     const int lo = int(chunk_begin(gb, k_, r)), n = int(chunk_size(gb, k_, r));
     lr = lr_at(cfg_, e + double(s) / steps_);
@@ -208,7 +211,8 @@ double Run::train_epoch(int i, int e, double& lr, std::vector<Span>& spans) {
   }
   rep.dev->synchronize();
   end_steps(rep);
-  rep.timeline->set_step(e + 1, -1);
+  rep.step = -1;
+  if (rep.timeline) rep.timeline->set_step(e + 1, -1);
   spans = take_timeline(rep);
   pool_.align(i);
   ranks_.group->barrier(r);  // the epoch ends when the slowest rank is done

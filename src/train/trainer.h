@@ -66,6 +66,7 @@ struct TrainConfig {
   ProcessPlace procs;    // one rank per process (MPI initialized by the caller), or threads
   Injections inject;     // --inject: delays and slow links on purpose (inject.h)
   bool trace = false;    // keep every rank's spans (host track too) for --trace (TrainResult::trace)
+  bool breakdown = true; // --breakdown: record every rank's phases (off: no timeline, no breakdown)
   Launcher launcher() const { return procs.active() ? Launcher::Mpi : Launcher::Threads; }
 };
 
