@@ -46,9 +46,13 @@ std::string peak_of(Run, Ep e) {
 }
 // The per-rank breakdown (breakdown.h): phase P's epoch total, min (W 0) / mean (1) / max (2)
 // over the ranks.
+// The breakdown's figures: empty where none was recorded (--breakdown off, the meta backend).
+std::string recorded(Run r, Ep e, const std::string& v) {
+  return e.breakdown.steps > 0 ? measured(r, v) : "";
+}
 template <size_t P, int W>
 std::string spread(Run r, Ep e) {
-  if (e.breakdown.phases.size() <= P) return "";
+  if (e.breakdown.phases.size() <= P || e.breakdown.steps == 0) return "";
   const PhaseSpread& s = e.breakdown.phases[P];
   return measured(r, num(W == 0 ? s.min : W == 1 ? s.avg : s.max));
 }
@@ -58,7 +62,7 @@ std::string spread(Run r, Ep e) {
       {NAME "_avg_s", kNum, "the mean over the ranks of " WHAT ", seconds", spread<P, 1>},      \
       {NAME "_max_s", kNum, "the most over the ranks of " WHAT ", seconds", spread<P, 2>}
 std::string straggler_num(Run r, Ep e, double v) {
-  return measured(r, e.breakdown.straggler.rank >= 0 ? num(v) : "");
+  return recorded(r, e, e.breakdown.straggler.rank >= 0 ? num(v) : "");
 }
 
 // One column per category, named after mem_category_name (tests/test_memory.cpp checks).
@@ -192,15 +196,15 @@ const std::vector<CsvColumn>& train_csv_columns() {
       DPB_SPREAD(6, "wait", "waiting in collectives for the last peer to arrive"),
       DPB_SPREAD(7, "comm_own", "own communication (emulated link: its links' busy time; else comm_busy - wait)"),
       {"step_p50_s", kNum, "median step time (per step: the slowest rank's), seconds",
-       [](Run r, Ep e) { return measured(r, num(e.breakdown.step_p50)); }},
+       [](Run r, Ep e) { return recorded(r, e, num(e.breakdown.step_p50)); }},
       {"step_p95_s", kNum, "95th percentile of the step time, seconds",
-       [](Run r, Ep e) { return measured(r, num(e.breakdown.step_p95)); }},
+       [](Run r, Ep e) { return recorded(r, e, num(e.breakdown.step_p95)); }},
       {"step_p99_s", kNum, "99th percentile of the step time, seconds",
-       [](Run r, Ep e) { return measured(r, num(e.breakdown.step_p99)); }},
+       [](Run r, Ep e) { return recorded(r, e, num(e.breakdown.step_p99)); }},
       {"straggler_rank", kNum,
        "the epoch's straggler (src/train/breakdown.h: a phase > 10% of the median step longer "
-       "than the other ranks' mean in most steps); -1: none",
-       [](Run r, Ep e) { return measured(r, integer(e.breakdown.straggler.rank)); }},
+       "than the other ranks' mean in most steps); -1: none; empty: not recorded (--breakdown off)",
+       [](Run r, Ep e) { return recorded(r, e, integer(e.breakdown.straggler.rank)); }},
       {"straggler_phase", kText, "data | forward | backward | optimizer | comm (empty: none)",
        [](Run, Ep e) { return e.breakdown.straggler.phase; }},
       {"straggler_loss_s", kNum, "its median excess per step in that phase, seconds",
