@@ -45,6 +45,7 @@ PACKED=(
   scripts/train_csv_columns.json
   scripts/gpu_check.sh
   scripts/gpu_check_report.py
+  scripts/check_trace.py
 )
 
 command -v xz >/dev/null || { echo "gpu_bundle: xz not found (apt-get install xz-utils)"; exit 1; }

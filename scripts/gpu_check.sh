@@ -233,7 +233,21 @@ step_selftest() {
 step_lenet() {
   train_step lenet_k1 lenet_k1 240 "$LEARN" --backend $BE "${LENET[@]}" --devices 1
   train_step lenet_k2 lenet_k2_ring_overlap 300 "sync comm $SHARED $LEARN" --backend $BE \
-    "${LENET[@]}" --devices 2 --allreduce ring --grad-sync bucketed --bucket-mb 0.1 --overlap on
+    "${LENET[@]}" --devices 2 --allreduce ring --grad-sync bucketed --bucket-mb 0.1 --overlap on \
+    --steps-csv "$LOGS/lenet_k2.steps.csv" --trace "$LOGS/lenet_k2.trace.json"
+  # timeline: the per-rank breakdown on the device's clock (CUDA events against an anchor): the
+  # trace has both ranks' host, compute and comm tracks, and every step a positive time.
+  local m rc
+  m=$("$PY" "$HERE/check_trace.py" "$LOGS/lenet_k2.trace.json" --ranks 2 --expect-name backward \
+        --expect-name all-reduce 2>&1)
+  rc=$?
+  m=$(echo "$m" | tail -1)
+  if [ $rc = 0 ] && awk -F, 'NR > 1 && !($5 > 0) { bad = 1 } END { exit (bad || NR < 3) }' \
+       "$LOGS/lenet_k2.steps.csv" 2>/dev/null; then
+    verdict PASS timeline "$m; $(($(wc -l <"$LOGS/lenet_k2.steps.csv") - 1)) rank-steps"
+  else
+    verdict FAIL timeline "${m:-no trace}; steps CSV: $LOGS/lenet_k2.steps.csv"
+  fi
 }
 
 # allreduce: 2 ranks, every algorithm, 8 B .. 64 MiB, the sums checked exactly (wrong = 0).

@@ -34,7 +34,7 @@ if [ ! -f "$S" ]; then
   fail "no summary.txt"; cat "$tmp/dry.log"
 else
   [ $rc = 0 ] || fail "dry run exit status $rc"
-  for step in libraries info selftest lenet_k1 lenet_k2_ring_overlap allreduce_sweep_k2 \
+  for step in libraries info selftest lenet_k1 lenet_k2_ring_overlap timeline allreduce_sweep_k2 \
               nccl_k2_refused params_match shard_match resnet18_k1 resnet18_k2_overlap gtest_cuda; do
     verdict_is "$S" "$step" PASS
   done
