@@ -163,7 +163,7 @@ TEST(MetaTrain, CsvLeavesUnmeasuredColumnsEmpty) {
         name == "train_loss" || name == "train_acc" || name == "test_acc" ||
         name == "epoch_s" || name == "images_per_s" || name == "data_s" || name == "compute_s" ||
         name == "comm_s" || name == "exposed_comm_s" || name == "replicas_in_sync" ||
-        name == "max_replica_diff";
+        name == "max_replica_diff" || name == "diverged";
     const bool mlp_only = name.rfind("mlp_", 0) == 0;  // the MLP's shape: empty for LeNet
     if (unmeasured || mlp_only)
       EXPECT_EQ(cells[i], "") << name;

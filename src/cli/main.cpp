@@ -34,6 +34,7 @@
 #include "src/train/optimizer.h"
 #include "src/core/trace_json.h"
 #include "src/train/breakdown.h"
+#include "src/train/divergence.h"
 #include "src/train/train_csv.h"
 #include "src/train/run_options.h"
 #include "src/train/run_data.h"
@@ -139,9 +140,10 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
                   s.epoch, format_mem_bytes(s.peak_mem.total()).c_str(), s.peak_mem_rank);
     if (!quiet && math)
       std::printf("epoch %2d  loss %.4f  train acc %.4f  test acc %.4f  %.2f s  %.0f img/s  "
-                  "comm %.3f s  exposed %.3f s  in sync %s\n",
+                  "comm %.3f s  exposed %.3f s  in sync %s%s\n",
                   s.epoch, s.train_loss, s.train_acc, s.test_acc, s.epoch_s, s.images_per_s,
-                  s.comm_s, s.exposed_comm_s, s.replicas_in_sync ? "yes" : "NO");
+                  s.comm_s, s.exposed_comm_s, s.replicas_in_sync ? "yes" : "NO",
+                  s.diverged ? "  DIVERGED" : "");
     std::fflush(stdout);
     // A row per finished epoch (the file replaced atomically), so an interrupted run keeps them.
     if (csv_out)
@@ -182,8 +184,13 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
   }
   if (!steps_csv.empty() && math) write_steps_csv(steps_csv, res.steps);
   if (!trace.empty() && math) write_run_trace(trace, cfg, res);
+  if (!res.epochs.empty() && res.epochs.back().diverged) {  // --allow-divergence: a result
+    const int steps = (data.train.n + cfg.batch - 1) / cfg.batch;
+    std::fprintf(stderr, "dpbench: %s; stopped after it (--allow-divergence)\n",
+                 divergence_message(res.epochs.back(), steps).c_str());
+  }
   for (const auto& s : res.epochs)
-    if (!s.replicas_in_sync) {
+    if (!s.replicas_in_sync && !s.diverged) {  // non-finite parameters compare as nothing
       std::fprintf(stderr, "dpbench: replicas diverged in epoch %d (max |diff| %g)\n", s.epoch,
                    s.max_replica_diff);
       return 3;
@@ -265,7 +272,8 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                                "warmup-epochs", "allreduce",
                                "tune-file", "grad-sync", "overlap", "bucket-mb", "shard", "seed", "threads",
                                "link-gbps", "link-latency-us", "tf32", "device-mem", "train-limit",
-                               "test-limit", "data-dir", "inject", "breakdown"});
+                               "test-limit", "data-dir", "inject", "breakdown",
+                               "allow-divergence"});
   tr->add_option("--steps-csv", a.out.steps_csv,
                  "write one row per rank and step: each phase's seconds (data, forward, backward, "
                  "optimizer, exposed comm, comm busy, waiting for peers, own comm)");
@@ -296,6 +304,9 @@ int train_main(TrainArgs& t) {
     }
     return run_train(t.cfg, t.run->text("data-dir"), t.run->int_value("train-limit", 0),
                      t.run->int_value("test-limit", 0), t.out, t.quiet);
+  } catch (const Diverged& e) {  // every rank stopped after the same epoch: no abort, rank 0 says
+    if (!env.processes || env.rank == 0) std::fprintf(stderr, "dpbench: %s\n", e.what());
+    return 4;
   } catch (const OutOfMemory& e) {  // emulated (--device-mem) or real: exit 3, one message
     if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), e.what());  // ends every process
     std::fprintf(stderr, "dpbench: %s\n", e.what());

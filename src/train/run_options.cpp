@@ -271,6 +271,12 @@ std::vector<RunOption> make_table() {
        },
        [](C& c, const std::string& t) { c.breakdown = t == kOnOff[0]; },
        [](const C& c) { return kOnOff[c.breakdown ? 0 : 1]; }},
+      // A non-finite loss or parameter (src/train/divergence.h): a finding, or an error (exit 4).
+      {"allow-divergence", "", false, "",
+       "a non-finite loss or parameter ends training after that epoch, its CSV row marked "
+       "diverged, with exit 0 (without: exit 4 naming the epoch, step and rank)",
+       any_text, [](C& c, const std::string& t) { c.allow_divergence = t != "false"; },
+       [](const C& c) { return std::string(c.allow_divergence ? "true" : "false"); }},
       // Faults on purpose, to prove the straggler report (src/train/inject.h); train only.
       {"inject", "", false, "SPEC",
        "a fault on purpose: delay:rank=R,phase=P,ms=D[,every=N] (rank R sleeps D ms at the start "

@@ -213,6 +213,10 @@ const std::vector<CsvColumn>& train_csv_columns() {
        [](Run r, Ep e) { return straggler_num(r, e, e.breakdown.straggler.others_wait_s); }},
       {"inject", kText, "--inject: faults injected on purpose (empty: none)",
        [](Run r, Ep) { return r.cfg.inject.describe(); }},
+      {"diverged", kNum,
+       "1: the epoch's loss or parameters were not finite and training stopped after it "
+       "(--allow-divergence; src/train/divergence.h); 0: finite",
+       [](Run r, Ep e) { return measured(r, integer(e.diverged ? 1 : 0)); }},
   };
   static const bool phases_match = [] {  // DPB_SPREAD's indices against the phase table
     const auto& p = breakdown_phases();

@@ -18,6 +18,7 @@
 #include "src/core/registry.h"
 #include "src/core/rank_threads.h"
 #include "src/model/model.h"
+#include "src/train/divergence.h"
 #include "src/train/loss.h"
 #include "src/train/optimizer.h"
 #include "src/train/step.h"
@@ -60,6 +61,8 @@ class Run {
   const bool runs_math_;  // false: the meta backend (memory only, kernels/backends.h)
   RankSet ranks_;
   std::vector<Replica> reps_;
+  std::vector<DivergenceWatch> watch_;  // per local rank: its loss per step (divergence.h)
+  std::string diverged_;                // the message of the epoch that diverged ("": none)
   RankThreads pool_;
   int eval_batch_ = 0;     // rank 0's evaluation batch (sharded parameters: every rank's gathers)
   std::vector<int> perm_;  // this epoch's order of the training examples (local rank 0 draws it)
@@ -115,6 +118,7 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
                                    (link_named ? " + link " + cfg.link.label() : ""));
     if (cfg.breakdown || cfg.trace) attach_timeline(reps_.back(), cfg.trace);
     reps_.back().inject = &cfg.inject;
+    watch_.emplace_back(ranks_[i], steps_);
   }
   // Processes on several nodes: their steady clocks differ; read every time on rank 0's.
   if (reps_[0].timeline && cfg.procs.active() && cfg.procs.local_size < cfg.procs.size)
@@ -136,6 +140,9 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
 
 TrainResult Run::go() {
   pool_.run([this](int i) { rank_main(i); });
+  // Every rank (process) saw the same epoch diverge and stopped after it: each throws alike.
+  if (!diverged_.empty() && !cfg_.allow_divergence)
+    throw Diverged(diverged_ + "; --allow-divergence records it and ends with exit 0");
   for (int i = 0; i < ranks_.size(); ++i) result_.peak_mem.push_back(ranks_[i].memory().peak());
   return std::move(result_);
 }
@@ -153,6 +160,7 @@ void Run::rank_main(int i) {
     // ---- end of epoch: replica check, statistics, evaluation (not timed) ----
     if (runs_math_) end_epoch(rep);  // meta: no parameters or sums to copy (nor to compare)
     EpochStats st = epoch_stats(rep, *ranks_.group, steps_, data_.train.n, epoch_s);
+    watch_[i].check(rep, *ranks_.group, st);  // the same verdict on every rank
     if (rep.timeline) {
       bool waits_known = true;
       std::vector<StepRow> rows = gather_steps(
@@ -172,6 +180,11 @@ void Run::rank_main(int i) {
     else
       evaluate_peer(rep, data_.test, eval_batch_);  // sharded parameters: rank 0's gathers
     pool_.align(i);
+    if (st.diverged) {  // its row is written, marked; training NaNs further would measure nothing
+      st.epoch = e + 1;
+      if (i == 0) diverged_ = divergence_message(st, steps_);
+      break;
+    }
   }
   if (r == 0) result_.final_params = rep.host_w;
 }
@@ -201,6 +214,7 @@ double Run::train_epoch(int i, int e, double& lr, std::vector<Span>& spans) {
     lr = lr_at(cfg_, e + double(s) / steps_);
     load_examples(rep, data_.train, perm_.data() + size_t(s) * cfg_.batch + lo, n);
     train_step(rep, n, gb, float(lr));
+    watch_[i].after_step(rep, s);
     if (paced) rep.link_send.push_back(link_busy());
     if (r == 0 && cfg_.progress && since(last_report) > 10.0) {
       rep.dev->synchronize();

@@ -67,6 +67,9 @@ struct TrainConfig {
   Injections inject;     // --inject: delays and slow links on purpose (inject.h)
   bool trace = false;    // keep every rank's spans (host track too) for --trace (TrainResult::trace)
   bool breakdown = true; // --breakdown: record every rank's phases (off: no timeline, no breakdown)
+  // --allow-divergence: an epoch whose loss or parameters are not finite (divergence.h) ends the
+  // run with that epoch marked diverged, as a result; off: train() throws Diverged (CLI: exit 4).
+  bool allow_divergence = false;
   Launcher launcher() const { return procs.active() ? Launcher::Mpi : Launcher::Threads; }
 };
 
@@ -91,6 +94,10 @@ struct EpochStats {
   std::vector<MemoryUsage> rank_peaks;
   // Every rank's phases this epoch (breakdown.h): spreads over ranks, step percentiles, straggler.
   BreakdownStats breakdown;
+  // Its loss or parameters were not finite (divergence.h): training stopped after it. The first
+  // step (0-based) whose loss was not finite and its rank; -1: none (the parameters went).
+  bool diverged = false;
+  int diverged_step = -1, diverged_rank = -1;
 };
 
 struct TrainResult {
@@ -120,7 +127,9 @@ using DeviceFactory = std::function<std::unique_ptr<Device>(int rank, int thread
 // result so far: its run-level fields (allreduce_resolved, shared_gpu, device_names) are set, and
 // epochs ends with this one. A caller can so write each epoch's results as it finishes. When a
 // rank fails, every rank is stopped and the first error is rethrown; an OutOfMemory (memory.h) is
-// rethrown as one, its message ending with the batch per device.
+// rethrown as one, its message ending with the batch per device. An epoch that diverged
+// (divergence.h) is the last: on_epoch sees it marked, then train() throws Diverged naming it, or
+// with cfg.allow_divergence returns the epochs so far.
 using EpochCallback = std::function<void(const EpochStats&, const TrainResult& so_far)>;
 TrainResult train(const TrainConfig& cfg, const Dataset& data, const EpochCallback& on_epoch = {},
                   const DeviceFactory& make_dev = {});
