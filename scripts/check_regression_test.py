@@ -7,8 +7,8 @@ backend) and of which peers repeat which runs (scripts/peerlib.py). scripts/test
 
 For each baseline: an identical copy passes; planted regressions fail (every accuracy -0.1; the
 2-device runs' epochs 3x slower; a run the manifest shows as failed); what a run does not hold is
-skipped, not failed (a suite left out, a run never started, peer rows); an older CSV without the
-impl column still reads; unusable input (a truncated, binary or column-less CSV, a manifest or
+skipped, not failed (a suite left out, a run never started, peer rows); a run that diverged (a NaN
+loss, or the diverged column 1) fails naming it; an older CSV without the impl column still reads; unusable input (a truncated, binary or column-less CSV, a manifest or
 benchmark JSON cut short) is exit 2 naming the file. Standard library only.
 """
 import csv
@@ -97,6 +97,29 @@ def test_baseline(base, tmp):
     with open(mpath, "w") as f:
         json.dump(m, f)
     check(f"a failed run ({suite}/{victim}) fails", d, base, 1, ["REGRESSION: the run failed"])
+
+    # Issue 25: a run that diverged is a regression naming it, whatever its baseline (a -nan loss
+    # in a CSV from before the diverged column; the column).
+    d = copy(base, tmp, "nan")
+    edit_rows(d, lambda r: {**r, "train_loss": "-nan"}
+              if r["suite"] == suite and r["scenario"] == victim and dpbench(r) else r)
+    check(f"a NaN loss ({victim}) fails", d, base, 1,
+          [f"{suite}/{victim} diverged", "REGRESSION: diverged in epoch 1 (train loss nan)"])
+    d = copy(base, tmp, "diverged")
+    path = os.path.join(d, os.path.basename(victim_csv))
+    with open(path, newline="") as f:
+        rd = csv.DictReader(f)
+        cols, rows = [c for c in rd.fieldnames if c != "diverged"] + ["diverged"], list(rd)
+    mine = [r for r in rows if r["scenario"] == victim and dpbench(r)]
+    last = max(int(float(r["epoch"])) for r in mine)
+    for r in rows:  # its last epoch marked, as --allow-divergence writes it
+        r["diverged"] = int(r in mine and int(float(r["epoch"])) == last)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    check(f"a run marked diverged ({victim}, epoch {last}) fails", d, base, 1,
+          [f"{suite}/{victim} diverged", f"REGRESSION: diverged in epoch {last} "])
 
     d = copy(base, tmp, "notrun")
     edit_rows(d, lambda r: None if r["suite"] == suite and r["scenario"] == victim else r)
