@@ -31,6 +31,7 @@
 #include "kernels/machine_info.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
+#include "src/train/agree.h"
 #include "src/train/run_options.h"
 
 
@@ -274,6 +275,54 @@ void add_context(const BenchConfig& cfg, const std::vector<const dpb::BackendEnt
                                                                       : "random pixels (seed 0)");
 }
 
+// What every process under mpirun must agree on before the first collective (src/train/agree.h):
+// the shared run options, our own --dpb_* values, Google Benchmark's flags that pick and size the
+// benchmarks (not those that only shape rank 0's report), the environment and the binary. Ranks
+// with different selections would enter different collectives and hang or report wrong sums.
+dpb::AgreeFields micro_agree_fields(const BenchConfig& cfg,
+                                    const std::vector<const dpb::BackendEntry*>& backends,
+                                    const std::vector<std::string>& args) {
+  dpb::AgreeFields f = dpb::run_option_fields(cfg.run, /*micro=*/true);
+  std::string ranks, names;
+  for (int k : cfg.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(k);
+  for (const dpb::BackendEntry* b : backends) names += (names.empty() ? "" : ",") + b->name;
+  f.emplace_back("--dpb_ranks", ranks);
+  f.emplace_back("--dpb_backends", names);
+  f.emplace_back("--dpb_max_bytes", std::to_string(cfg.max_bytes));
+  f.emplace_back("--dpb_max_total_bytes", std::to_string(cfg.max_total_bytes));
+  for (const dpb::ModelEntry& m : dpb::models()) {
+    const auto it = cfg.model_batch.find(m.name);
+    f.emplace_back("--dpb_" + m.name + "_batch",
+                   it == cfg.model_batch.end() ? "(default)" : std::to_string(it->second));
+  }
+  f.emplace_back("--benchmark_filter", benchmark::GetBenchmarkFilter());
+  static const char* const kReportOnly[] = {"--benchmark_format", "--benchmark_out_format",
+                                            "--benchmark_color", "--benchmark_counters_tabular"};
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const std::string name = a.substr(0, a.find('='));
+    if (name == "--benchmark_filter" || name == "--benchmark_out") continue;
+    if (std::find(std::begin(kReportOnly), std::end(kReportOnly), name) != std::end(kReportOnly))
+      continue;
+    f.emplace_back(name, a.size() > name.size() ? a.substr(name.size() + 1) : "(given)");
+  }
+  for (const dpb::AgreeFields& more : {dpb::env_fields(), dpb::build_fields()})
+    f.insert(f.end(), more.begin(), more.end());
+  return f;
+}
+
+// Under mpirun: the processes compare micro_agree_fields over a group of their own (a CPU rank
+// each); a mismatch ends every process with exit 2 naming the field and the ranks' values.
+void check_processes_agree(const BenchConfig& cfg, const dpb::AgreeFields& fields) {
+  try {
+    auto dev = dpb::make_device("cpu", cfg.proc_rank, dpb::DeviceOptions{1, false, cfg.local_rank});
+    dpb::CommGroup group(dpb::make_mpi_transport(*dev, cfg.proc_rank, cfg.procs));
+    dpb::check_ranks_agree(group, cfg.proc_rank, fields);
+  } catch (const std::exception& e) {
+    dpb::mpi_abort_job(cfg.proc_rank, e.what());  // exit 2 on every process
+  }
+}
+
 std::string utc_stamp() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -367,6 +416,8 @@ int main(int argc, char** argv) {
       die("--dpb_backends=" + b->name + ": the planning backend runs no math, so there is nothing "
           "to time (plan memory with dpbench train --backend " + b->name + " or dpbench fit)");
   }
+
+  if (mpi && cfg.procs > 1) check_processes_agree(cfg, micro_agree_fields(cfg, backends, args));
 
   dpb::bench::BenchEnv env(cfg);
   add_context(cfg, backends);

@@ -360,7 +360,14 @@ class MpiTransport final : public Transport {
               "DPB_SHM=1 but the direct path needs every rank on this node's CPU backend ("
                   << size_ << " ranks, " << local << " on this node, backend " << dev_.name()
                   << ")");
-    if (off || !host_ || size_ < 2 || local != size_) return;
+    // One answer for every rank: a rank that cannot or may not take the direct path (DPB_SHM=0,
+    // another backend) sends all to messages, so their collectives stay the same (ranks whose
+    // DPB_SHM or backend differ are then named by check_ranks_agree, src/train/agree.h).
+    int want = !(off || !host_ || size_ < 2 || local != size_), all_want = want;
+    if (size_ >= 2)
+      MPI_CHECK(MPI_Allreduce(&want, &all_want, 1, MPI_INT, MPI_MIN, comm_),
+                "rank " << rank_ << ", agreeing on the direct path");
+    if (!all_want) return;
     size_t mb = 65536;  // virtual: pages cost memory once written
     if (const char* e = std::getenv("DPB_SHM_ARENA_MB")) {
       char* end = nullptr;

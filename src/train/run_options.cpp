@@ -236,8 +236,10 @@ std::vector<RunOption> make_table() {
        [](const std::string& t) { return link_value(t, false); },
        [](C& c, const std::string& t) { c.link.latency_us = to_double(t); },
        [](const C& c) { return fmt(c.link.latency_us); }},
+      // A flag: the front ends pass "true"; get() gives "true" or "false" (the ranks compare it).
       {"tf32", "", false, "", "allow TF32 tensor-core math (CUDA backend)", any_text,
-       [](C& c, const std::string&) { c.tf32 = true; }, nullptr},
+       [](C& c, const std::string& t) { c.tf32 = t != "false"; },
+       [](const C& c) { return std::string(c.tf32 ? "true" : "false"); }},
       {"device-mem", "device_mem", false, "SIZE",
        "each device's memory capacity, e.g. 24GiB, 80GB, 512MiB (KB/MB/GB: powers of 1000, "
        "KiB/MiB/GiB: of 1024); an allocation past it fails as on a device of that size (exit 3). "
@@ -292,7 +294,10 @@ std::vector<RunOption> make_table() {
          }
          return std::string();
        },
-       [](C& c, const std::string& t) { parse_injections(t, c.inject); }, nullptr, true},
+       [](C& c, const std::string& t) {
+         if (!t.empty()) parse_injections(t, c.inject);  // "": none (get()'s text for none)
+       },
+       [](const C& c) { return c.inject.describe(); }, true},
       {"data-dir", "data_dir", false, "DIR",
        "Fashion-MNIST IDX directory (default: $DPBENCH_DATA, else /usr/share/datasets/fashion-mnist)",
        any_text, nullptr, nullptr},
@@ -335,17 +340,31 @@ void apply_run_option(const RunOption& o, const std::string& flag, const std::st
   if (o.set) o.set(cfg, text);
 }
 
+const std::vector<RunEnvVar>& run_env_vars() {
+  static const std::vector<RunEnvVar> table = {
+      {"DPBENCH_DATA", "DIR",
+       "Fashion-MNIST directory (default /usr/share/datasets/fashion-mnist; --data-dir wins)",
+       false},
+      {"DPB_SPIN_US", "X",
+       "how long a rank waiting at a collective's barrier polls before it sleeps, microseconds "
+       "(default 100 when the ranks, and with overlap their communication threads, fit the "
+       "hardware threads; else 0)"},
+      {"DPB_SHM", "0|1",
+       "under mpirun, CPU processes of one node: 0 = MPI messages, 1 = shared memory required "
+       "(default: shared memory when it can serve)"},
+      {"DPB_SHM_ARENA_MB", "N", "the shared arena's address space per process (default 65536)"},
+      {"OMP_WAIT_POLICY", "", "OpenMP's, for the CPU backend's math threads"},
+  };
+  return table;
+}
+
 std::string run_env_help() {
-  return "  DPBENCH_DATA=DIR          Fashion-MNIST directory (default "
-         "/usr/share/datasets/fashion-mnist; --data-dir wins)\n"
-         "  DPB_SPIN_US=X             how long a rank waiting at a collective's barrier polls "
-         "before it sleeps, microseconds (default 100 when the ranks, and with overlap their "
-         "communication threads, fit the hardware threads; else 0)\n"
-         "  DPB_SHM=0|1               under mpirun, CPU processes of one node: 0 = MPI messages, "
-         "1 = shared memory required (default: shared memory when it can serve)\n"
-         "  DPB_SHM_ARENA_MB=N        the shared arena's address space per process (default "
-         "65536)\n"
-         "  OMP_WAIT_POLICY           OpenMP's, for the CPU backend's math threads\n";
+  std::string s;
+  for (const RunEnvVar& v : run_env_vars()) {
+    const std::string head = v.name + (v.value.empty() ? "" : "=" + v.value);
+    s += "  " + head + std::string(head.size() < 26 ? 26 - head.size() : 1, ' ') + v.help + "\n";
+  }
+  return s;
 }
 
 }  // namespace dpb

@@ -70,8 +70,19 @@ const BackendEntry& auto_backend();
 // The entry a --backend value names: auto_backend() for "auto", else the table's entry.
 const BackendEntry& resolve_backend(const std::string& name);
 
-// The environment variables dpbench and dpbench-micro read, one "  NAME  help" line each: the one
-// text both --help outputs show.
+// The environment variables dpbench and dpbench-micro read, each described once: --help's lines
+// (run_env_help) and the knobs the ranks must agree on (src/train/agree.h) come from this table.
+struct RunEnvVar {
+  std::string name;   // "DPB_SHM"
+  std::string value;  // what it takes, for --help: "0|1" ("": shown bare)
+  std::string help;   // one line for --help
+  // Shapes a run, so every rank must see the same value; false where it may differ by node
+  // (DPBENCH_DATA: a path; the ranks compare the data it gave instead).
+  bool agree = true;
+};
+const std::vector<RunEnvVar>& run_env_vars();
+
+// One "  NAME=VALUE  help" line per entry of run_env_vars(): the one text both --help outputs show.
 std::string run_env_help();
 
 }  // namespace dpb

@@ -19,6 +19,7 @@
 #include "src/core/rank_threads.h"
 #include "src/model/model.h"
 #include "src/train/divergence.h"
+#include "src/train/agree.h"
 #include "src/train/loss.h"
 #include "src/train/optimizer.h"
 #include "src/train/step.h"
@@ -100,6 +101,9 @@ Run::Run(const TrainConfig& cfg, const Dataset& data, const DeviceFactory& make_
       pool_(ranks_.size(), [this](int i, const std::string& why) {
         ranks_.abort(ranks_[i].rank(), why);
       }) {
+  // Processes: every rank's options, environment, data and binary must match (threads share one).
+  if (cfg.procs.active())
+    check_ranks_agree(*ranks_.group, cfg.procs.rank, train_agree_fields(cfg, data));
   for (int i = 0; i < ranks_.size(); ++i) ranks_[i].memory().set_capacity(cfg.device_mem);
   adapt_barrier_spin(*ranks_.group, cfg.sync);
   result_.allreduce_resolved = ranks_.allreduce->describe();
