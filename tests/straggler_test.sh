@@ -37,8 +37,8 @@ start=$SECONDS
 
 MLP=(train --data synthetic --model mlp --mlp-layers 2 --mlp-hidden 64 --mlp-input 256
      --train-limit 480 --test-limit 24 --batch 24 --epochs 1 --threads 1 --quiet)  # 20 steps
-LENET=(train --data synthetic --model lenet --train-limit 600 --test-limit 60 --batch 60
-       --epochs 1 --threads 1 --quiet)  # 10 steps
+LENET=(train --data synthetic --model lenet --train-limit 1200 --test-limit 60 --batch 60
+       --epochs 1 --threads 1 --quiet)  # 20 steps
 DELAY=delay:rank=2,phase=backward,ms=30
 SLOW_LINK=(--link-gbps 2 --inject link:rank=1,gbps=0.1)
 

@@ -12,9 +12,10 @@
 //                  sends of its predecessor too: both ends together single it out); otherwise
 //                  comm_busy - wait
 // A straggler is the rank whose own time in one phase (data, forward, backward, optimizer, or
-// comm = comm_own) exceeds the other ranks' mean by more than the threshold in more than half the
-// steps (the median step's excess); the threshold is 10% of the median step time, above the
-// run-to-run noise of a step's phases on a shared CPU. What it costs the others is their waiting.
+// comm = comm_own) exceeds the other ranks' mean by more than the threshold in at least 3/4 of
+// the steps (its loss: the median excess); the threshold is 10% of the median step time. Noise on
+// a shared CPU crosses it in about half the steps; a slow rank in every one. What it costs the
+// others is their waiting.
 #pragma once
 #include <string>
 #include <type_traits>

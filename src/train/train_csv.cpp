@@ -203,7 +203,7 @@ const std::vector<CsvColumn>& train_csv_columns() {
        [](Run r, Ep e) { return recorded(r, e, num(e.breakdown.step_p99)); }},
       {"straggler_rank", kNum,
        "the epoch's straggler (src/train/breakdown.h: a phase > 10% of the median step longer "
-       "than the other ranks' mean in most steps); -1: none; empty: not recorded (--breakdown off)",
+       "than the other ranks' mean in 3/4 of the steps); -1: none; empty: not recorded (--breakdown off)",
        [](Run r, Ep e) { return recorded(r, e, integer(e.breakdown.straggler.rank)); }},
       {"straggler_phase", kText, "data | forward | backward | optimizer | comm (empty: none)",
        [](Run, Ep e) { return e.breakdown.straggler.phase; }},
