@@ -5,10 +5,12 @@ into RESULTS_DIR/plots/. Needs matplotlib (Debian: python3-matplotlib; run it wi
   speedup.png               speedup vs devices per suite and batch rule, with the ideal line
   breakdown_<suite>.png     epoch time split into compute, data and exposed communication
   accuracy_<suite>.png      test accuracy vs epoch per configuration
-  scaling_grid.png          final test accuracy over the global batch x lr grid (scaling suite)
+  scaling_grid.png          final test accuracy over the global batch x lr grid (scaling suite);
+                            a run that diverged (--allow-divergence) is written "diverged", uncoloured
   micro_busbw.png           all-reduce (and reduce-scatter, all-gather: a row each) bus bandwidth
                             vs message size per algorithm and rank count
-  time_to_accuracy.png      test accuracy vs training time, with each suite's target
+  time_to_accuracy.png      test accuracy vs training time, with each suite's target ("diverged"
+                            where a run's loss went non-finite; the accuracy legends say so too)
   peers.png                 epoch time of dpbench and each peer on the same runs, with the ratio
                             (./run_all.sh --peers); the accuracy figures draw the peers dashed
   launcher.png              epoch time, threads vs processes (mpirun), per run with an -mpi twin
@@ -310,7 +312,8 @@ class Plotter:
                         label=peer_label(short(key[1], m), key[2]) +
                         (" (shared GPU)" if shared else "") +
                         (" (OUT OF SYNC)" if any(e["replicas_in_sync"] not in (1, None)
-                                                 for e in eps) else ""))
+                                                 for e in eps) else "") +
+                        (" (diverged)" if rs.diverged_epoch(eps) else ""))
             acc_ylim(ax)
             ax.set_xlabel("epoch")
             ax.set_ylabel("test accuracy (fraction)")
@@ -349,9 +352,13 @@ class Plotter:
                 bs = sorted({r["global_batch"] for r in sub})
                 grid = [[None] * len(lrs) for _ in bs]
                 ks = [[[] for _ in lrs] for _ in bs]
+                gone = [[[] for _ in lrs] for _ in bs]  # the k whose run diverged
                 for r in sub:
                     y, x = bs.index(r["global_batch"]), lrs.index(r["lr"])
-                    grid[y][x] = (grid[y][x] or []) + [r["final_acc"]]
+                    if r.get("diverged_epoch"):  # its accuracy is no result: no colour
+                        gone[y][x].append(r["devices"])
+                    else:
+                        grid[y][x] = (grid[y][x] or []) + [r["final_acc"]]
                     ks[y][x].append(r["devices"])
                 data = [[statistics.mean(c) if c else math.nan for c in row] for row in grid]
                 cmap = plt.get_cmap("viridis").copy()
@@ -360,11 +367,17 @@ class Plotter:
                                aspect="auto")
                 for y in range(len(bs)):
                     for x in range(len(lrs)):
+                        k_all = f"k={','.join(map(str, sorted(ks[y][x])))}"
+                        div = (f"\ndiverged k={','.join(map(str, sorted(gone[y][x])))}"
+                               if gone[y][x] else "")
                         if grid[y][x]:
                             v = data[y][x]
-                            ax.text(x, y, f"{v:.3f}\nk={','.join(map(str, sorted(ks[y][x])))}",
+                            ax.text(x, y, f"{v:.3f}\n{k_all}{div}",
                                     ha="center", va="center", fontsize=7,
                                     color="white" if v < 0.6 else "black")
+                        elif gone[y][x]:
+                            ax.text(x, y, f"diverged\n{k_all}", ha="center", va="center",
+                                    fontsize=7, color="firebrick")
                 ax.set_xticks(range(len(lrs)))
                 ax.set_xticklabels([f"{v:g}" for v in lrs])
                 ax.set_yticks(range(len(bs)))
@@ -482,7 +495,8 @@ class Plotter:
                         color=cmap(names.index(key[1]) % cmap.N),
                         ls=":" if key[2] != "dpbench" else "--" if shared else "-",
                         label=f"{peer_label(short(key[1], m), key[2])}: " +
-                        (f"{tta:.3g} s" if tta is not None else "not reached"))
+                        (f"{tta:.3g} s" if tta is not None else
+                         "diverged" if rs.diverged_epoch(eps) else "not reached"))
             ax.axhline(target, color="black", lw=0.8, ls=":")
             ax.text(0.01, target, f"target {target:.2f}", va="bottom", fontsize=7,
                     transform=ax.get_yaxis_transform())

@@ -8,6 +8,7 @@ import csv
 import fnmatch
 import io
 import json
+import math
 import os
 import shlex
 import statistics
@@ -20,7 +21,7 @@ import benchnames  # noqa: E402  (the one parser of benchmark names)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIOS = os.path.join(ROOT, "scenarios")
 # every other `dpbench train` / `dpbench fit` flag takes one value
-FLAGS_WITHOUT_VALUE = {"--tf32", "--quiet", "--check"}
+FLAGS_WITHOUT_VALUE = {"--tf32", "--quiet", "--check", "--allow-divergence"}
 FIT_PREFIX = "fit-"  # DIR/fit-<suite>.csv: a suite's `dpbench fit` results (not a training CSV)
 
 # ----------------------------------------------------------------------------- scenario files
@@ -598,6 +599,17 @@ def time_to_acc(epochs, target):
     return None
 
 
+def diverged_epoch(epochs):
+    """The first epoch (its number) whose loss or parameters were not finite: the CSV's diverged
+    column 1 (dpbench train, src/train/divergence.h), or a NaN/inf train loss (a peer, an older
+    CSV); None when the run stayed finite."""
+    for i, e in enumerate(epochs, 1):
+        loss = e.get("train_loss")
+        if e.get("diverged") == 1 or (isinstance(loss, float) and not math.isfinite(loss)):
+            return int(e["epoch"]) if isinstance(e.get("epoch"), float) else i
+    return None
+
+
 def find_reference(runs, key, family=None):
     """The 1-device run of the same suite, model and implementation family (dpbench; PyTorch for
     PyTorch and its DDP) to compare speed with: same global batch if there is one."""
@@ -650,5 +662,7 @@ def summarize(out_dir, family=None):
                     (e["test_acc"] for e in eps if e["test_acc"] is not None), default=None),
                 "target_acc": target, "time_to_target_s": tta,
                 "in_sync": int(all(e["replicas_in_sync"] in (1, None) for e in eps)),
+                # the epoch it diverged in, its last (--allow-divergence); None: finite
+                "diverged_epoch": diverged_epoch(eps),
             })
     return rows_out

@@ -85,7 +85,8 @@ def suite_table(rows, cols):
                f"{fmt(r['time_to_target_s'], '.1f')} s @{r['target_acc']:.2f}"
                if r["time_to_target_s"] is not None else f"never @{r['target_acc']:.2f}")
         table.append((
-            r["scenario"] + ("" if r["in_sync"] else " (OUT OF SYNC)"),
+            r["scenario"] + ("" if r["in_sync"] else " (OUT OF SYNC)") +
+            (f" (diverged, epoch {r['diverged_epoch']})" if r.get("diverged_epoch") else ""),
             f"{r['devices']}{'*' if r['shared_gpu'] else ''}", str(r["global_batch"]),
             f"{r['lr']:g}" + (f" w{r['warmup_epochs']:g}" if r["warmup_epochs"] else ""),
             sync, f"{r['train_examples']}/{r['test_examples']}x{r['epochs']}",
@@ -202,7 +203,9 @@ def summary_text(out_dir, rows):
     lines.append("")
     lines += textwrap.wrap(
         "k: devices; data: train/test examples x epochs; epoch s: median of the epochs after the "
-        "first; speedup: 1-device epoch time of the same model (same global batch where run) / "
+        "first; diverged: the loss or parameters were not finite from that epoch on, where training "
+        "stopped (--allow-divergence: a finding of the suite, not a failure); "
+        "speedup: 1-device epoch time of the same model (same global batch where run) / "
         "this epoch time; eff: speedup / k; t->target: training seconds until the test accuracy "
         "first reached the target. Peers: peer/dpbench is the peer's epoch time over dpbench's "
         "(above 1: dpbench is faster); their speedup is against their own 1-device run "
