@@ -149,7 +149,8 @@ double others_wait(const TrainResult& res, int slow) {
 // Overlap off: each rank's comm waits after its backward, so the others wait the whole delay.
 // (With overlap on, their comm threads wait inside the first bucket's all-reduce while their
 // backward goes on beside them: on 2 cores, the threads that wait slow the backward down and take
-// part of the delay; InjectedDelayIsNamedOnAsyncStreams covers overlap on.)
+// part of the delay. On streams (async, CUDA) a host delay shows on the device's clock only when
+// the device has caught up with the host: with work queued, the device runs through the delay.)
 TEST(BreakdownTrain, InjectedDelayIsNamed) {
   const Dataset d = tiny_data();
   TrainConfig c = dpb_test::small_train_config("cpu", 3, "ring", SyncMode::Fused, false);
@@ -165,16 +166,6 @@ TEST(BreakdownTrain, InjectedDelayIsNamed) {
   EXPECT_TRUE(slow.waits_known);
   ASSERT_EQ(slow.epochs.size(), 1u);
   EXPECT_EQ(slow.epochs[0].breakdown.straggler.rank, 2);
-}
-
-TEST(BreakdownTrain, InjectedDelayIsNamedOnAsyncStreams) {
-  const Dataset d = tiny_data();
-  TrainConfig c = dpb_test::small_train_config("async", 2, "ring", SyncMode::Bucketed, true);
-  c.batch = 60;
-  parse_injections("delay:rank=1,phase=forward,ms=30", c.inject);
-  const Straggler s = find_straggler(run(c, d).steps);
-  EXPECT_EQ(s.rank, 1) << s.describe();
-  EXPECT_EQ(s.phase, "forward");
 }
 
 TEST(BreakdownTrain, SlowLinkIsComm) {

@@ -206,7 +206,7 @@ const std::vector<CsvColumn>& train_csv_columns() {
        "than the other ranks' mean in 3/4 of the steps); -1: none; empty: not recorded (--breakdown off)",
        [](Run r, Ep e) { return recorded(r, e, integer(e.breakdown.straggler.rank)); }},
       {"straggler_phase", kText, "data | forward | backward | optimizer | comm (empty: none)",
-       [](Run, Ep e) { return e.breakdown.straggler.phase; }},
+       [](Run r, Ep e) { return recorded(r, e, e.breakdown.straggler.phase); }},
       {"straggler_loss_s", kNum, "its median excess per step in that phase, seconds",
        [](Run r, Ep e) { return straggler_num(r, e, e.breakdown.straggler.loss_s); }},
       {"straggler_wait_s", kNum, "the other ranks' median waiting for peers per step, seconds",
