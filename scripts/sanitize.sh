@@ -55,7 +55,7 @@ gpu_plan                            Python planning with fake GPU counts (--dry-
 sharding_suite                      Python report; its real --shard runs at k = 2 are the ShardTrain.* and mpi_shard_train runs
 breakdown_suite                     Python on hand-made CSVs: no sanitized binary runs
 run_all_launcher                    Python launcher planning; one tiny run as threads and processes, which mpi_train covers
-straggler                           timing assertions on injected sleeps (45 s); the breakdown's code runs sanitized in Breakdown*.* and BreakdownTrain.*
+straggler                           timing assertions on injected sleeps (45 s); the breakdown code runs sanitized in Breakdown*.* and BreakdownTrain.*
 mpi_agree                           argument mismatches under mpirun (26 s); check_ranks_agree runs sanitized in Agree.*
 '
 asan_skip="^($(awk 'NF {print $1}' <<<"$asan_skip_table" | paste -sd'|'))\$"
