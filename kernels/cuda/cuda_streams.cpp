@@ -18,26 +18,54 @@ namespace dpb {
 
 namespace {
 
+// Timing events recycled: take() reuses a returned event or creates one; the pool destroys them
+// all with itself (on its GPU). CudaStreamTimer and CudaStamps own one each.
+class EventPool {
+ public:
+  explicit EventPool(int gpu) : gpu_(gpu) {}
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+  ~EventPool() {
+    if (cudaSetDevice(gpu_) != cudaSuccess) (void)cudaGetLastError();
+    for (cudaEvent_t e : free_) (void)cudaEventDestroy(e);
+  }
+  cudaEvent_t take() {
+    if (!free_.empty()) {
+      cudaEvent_t e = free_.back();
+      free_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreate(&e));  // with timing
+    return e;
+  }
+  void give(cudaEvent_t e) {
+    if (e) free_.push_back(e);
+  }
+
+ private:
+  int gpu_;
+  std::vector<cudaEvent_t> free_;
+};
+
 // Work on one stream timed by CUDA events: intervals are harvested as their end events complete
 // (cudaEventQuery), so events are recycled and the host never blocks until seconds().
 class CudaStreamTimer final : public StreamTimer {
  public:
-  CudaStreamTimer(CudaDevice& dev, cudaStream_t st) : dev_(dev), st_(st) {}
+  CudaStreamTimer(CudaDevice& dev, cudaStream_t st) : dev_(dev), st_(st), pool_(dev.gpu()) {}
   ~CudaStreamTimer() override {
-    if (cudaSetDevice(dev_.gpu()) != cudaSuccess) (void)cudaGetLastError();
-    for (auto& [a, b] : pending_) free_.push_back(a), free_.push_back(b);
-    if (open_) free_.push_back(open_);
-    for (cudaEvent_t e : free_) (void)cudaEventDestroy(e);
+    for (auto& [a, b] : pending_) pool_.give(a), pool_.give(b);
+    pool_.give(open_);
   }
   void begin() override {
     CUDA_CHECK(cudaSetDevice(dev_.gpu()));
-    if (!open_) open_ = take();
+    if (!open_) open_ = pool_.take();
     CUDA_CHECK(cudaEventRecord(open_, st_));
   }
   void end() override {
     DPB_CHECK(open_, "stream timer on " << dev_.name() << ": end() without begin()");
     CUDA_CHECK(cudaSetDevice(dev_.gpu()));
-    cudaEvent_t e = take();
+    cudaEvent_t e = pool_.take();
     CUDA_CHECK(cudaEventRecord(e, st_));
     pending_.emplace_back(open_, e);
     open_ = nullptr;
@@ -53,16 +81,6 @@ class CudaStreamTimer final : public StreamTimer {
   }
 
  private:
-  cudaEvent_t take() {
-    if (!free_.empty()) {
-      cudaEvent_t e = free_.back();
-      free_.pop_back();
-      return e;
-    }
-    cudaEvent_t e = nullptr;
-    CUDA_CHECK(cudaEventCreate(&e));  // with timing
-    return e;
-  }
   void harvest(bool wait) {
     CUDA_CHECK(cudaSetDevice(dev_.gpu()));
     while (!pending_.empty()) {
@@ -78,8 +96,8 @@ class CudaStreamTimer final : public StreamTimer {
       CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
       total_ += double(ms) * 1e-3;
       pending_.pop_front();
-      free_.push_back(a);
-      free_.push_back(b);
+      pool_.give(a);
+      pool_.give(b);
     }
   }
 
@@ -87,7 +105,7 @@ class CudaStreamTimer final : public StreamTimer {
   cudaStream_t st_;
   cudaEvent_t open_ = nullptr;
   std::deque<std::pair<cudaEvent_t, cudaEvent_t>> pending_;
-  std::vector<cudaEvent_t> free_;
+  EventPool pool_;  // destroyed after the destructor body has given back pending_ and open_
   double total_ = 0;
 };
 
@@ -157,15 +175,13 @@ namespace {
 // anchor completes as the host's wait returns, to within the wake-up: microseconds).
 class CudaStamps final : public StreamStamps {
  public:
-  CudaStamps(CudaDevice& dev, cudaStream_t st) : dev_(dev), st_(st) {}
+  CudaStamps(CudaDevice& dev, cudaStream_t st) : dev_(dev), st_(st), pool_(dev.gpu()) {}
   ~CudaStamps() override {
-    if (cudaSetDevice(dev_.gpu()) != cudaSuccess) (void)cudaGetLastError();
-    for (cudaEvent_t e : used_) (void)cudaEventDestroy(e);
-    for (cudaEvent_t e : free_) (void)cudaEventDestroy(e);
+    for (cudaEvent_t e : used_) pool_.give(e);
   }
   size_t stamp() override {
     CUDA_CHECK(cudaSetDevice(dev_.gpu()));
-    cudaEvent_t e = take_event();
+    cudaEvent_t e = pool_.take();
     CUDA_CHECK(cudaEventRecord(e, st_));
     used_.push_back(e);
     return used_.size() - 1;
@@ -174,7 +190,7 @@ class CudaStamps final : public StreamStamps {
     std::vector<double> t(used_.size());
     if (used_.empty()) return t;
     CUDA_CHECK(cudaSetDevice(dev_.gpu()));
-    cudaEvent_t anchor = take_event();
+    cudaEvent_t anchor = pool_.take();
     CUDA_CHECK(cudaEventRecord(anchor, st_));
     dev_.wait_event(anchor, "timeline stamps");
     const double now = steady_seconds();
@@ -182,27 +198,18 @@ class CudaStamps final : public StreamStamps {
       float ms = 0;
       CUDA_CHECK(cudaEventElapsedTime(&ms, used_[i], anchor));
       t[i] = now - double(ms) * 1e-3;
-      free_.push_back(used_[i]);
+      pool_.give(used_[i]);
     }
-    free_.push_back(anchor);
+    pool_.give(anchor);
     used_.clear();
     return t;
   }
 
  private:
-  cudaEvent_t take_event() {
-    if (!free_.empty()) {
-      cudaEvent_t e = free_.back();
-      free_.pop_back();
-      return e;
-    }
-    cudaEvent_t e = nullptr;
-    CUDA_CHECK(cudaEventCreate(&e));  // with timing
-    return e;
-  }
   CudaDevice& dev_;
   cudaStream_t st_;
-  std::vector<cudaEvent_t> used_, free_;
+  EventPool pool_;  // destroyed after the destructor body has given back used_
+  std::vector<cudaEvent_t> used_;
 };
 }  // namespace
 
