@@ -22,6 +22,15 @@ using Run = const TrainCsvRun&;
 using Ep = const EpochStats&;
 constexpr CsvType kNum = CsvType::Number, kText = CsvType::Text;
 
+// A cell as RFC 4180 writes it: quoted when it holds a comma, a quote or a line break (the
+// inject column's "delay:rank=1,phase=backward,ms=30"), so every row keeps the header's columns.
+std::string csv_cell(const std::string& v) {
+  if (v.find_first_of(",\"\r\n") == std::string::npos) return v;
+  std::string q = "\"";
+  for (char ch : v) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + "\"";
+}
+
 std::string num(double v) {  // 6 significant digits: every CSV and baseline is written so
   std::ostringstream o;
   o.precision(6);
@@ -245,7 +254,7 @@ std::string train_csv_row(const TrainCsvRun& run, const EpochStats& epoch) {
   std::string row;
   for (const CsvColumn& c : train_csv_columns()) {
     if (!row.empty()) row += ',';
-    row += c.format(run, epoch);
+    row += csv_cell(c.format(run, epoch));
   }
   return row;
 }
