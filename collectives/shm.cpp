@@ -147,7 +147,8 @@ void futex_wake_all(std::atomic<uint32_t>* w) {
 
 }  // namespace
 
-void ShmBarrier::arrive_and_wait(int k, long spin_ns, const std::vector<pid_t>& pids, int me) {
+void ShmBarrier::arrive_and_wait(int k, long spin_ns, const std::vector<pid_t>& pids, int me,
+                                 WatchSlot* slot) {
   if (aborted()) throw Error("rank " + std::to_string(me) + ": process barrier aborted");
   const uint32_t g = gen_.load();
   if (count_.fetch_add(1) == uint32_t(k - 1)) {
@@ -166,6 +167,7 @@ void ShmBarrier::arrive_and_wait(int k, long spin_ns, const std::vector<pid_t>& 
       if (std::chrono::steady_clock::now() - t0 > std::chrono::nanoseconds(spin_ns)) break;
       sched_yield();
     }
+  WaitScope watched(slot, WaitKind::Barrier, -1, g);  // asleep: the watchdog may look (watchdog.h)
   while (gen_.load() == g && !aborted()) {
     futex_wait(&gen_, g, 100'000'000L);
     if (gen_.load() != g || aborted()) break;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "src/core/device.h"
+#include "src/core/watchdog.h"
 
 namespace dpb {
 
@@ -79,7 +80,9 @@ bool process_alive(pid_t pid);
 // pids (index = rank) whose process is gone, and throws once abort() was called anywhere.
 class ShmBarrier {
  public:
-  void arrive_and_wait(int k, long spin_ns, const std::vector<pid_t>& pids, int me);
+  // slot: the waiting rank's (src/core/watchdog.h), marked while it sleeps (not while it polls).
+  void arrive_and_wait(int k, long spin_ns, const std::vector<pid_t>& pids, int me,
+                       WatchSlot* slot = nullptr);
   void abort();
   bool aborted() const { return aborted_.load() != 0; }
 
