@@ -188,9 +188,13 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
   st.counters["wrong"] = double(g->wrong);
   st.counters["bytes"] = double(bytes);
   st.counters["alloc_bytes"] = double(g->ds->alloc_bytes(g->base));
+  const std::vector<int> cpus = g->pool->cpus();  // where each rank ran (issue 25 item 6)
+  for (int r = 0; r < k; ++r) st.counters["cpu_rank" + std::to_string(r)] = double(cpus[size_t(r)]);
+  st.counters["pinned"] = g->pool->placement()[0].empty() ? 0.0 : 1.0;
   st.counters["sent_bytes"] = double(g->sent);
   st.counters["sent_bytes_schedule"] =
-      double(schedule_sent_bytes(op, alg, g->n, k, 0, b.kind, env.cfg().run.tune_file));
+      double(schedule_sent_bytes(op, alg, g->n, k, 0, b.kind, env.cfg().run.tune_file,
+                                 g->ds->group->nodes()));  // hier: its node split
   // The algorithm that ran (auto picks one per size): named in the label with auto's rules; its
   // traffic model is the one used.
   const std::string ran = g->ar->choice(g->n);

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -25,6 +26,7 @@
 #include "collectives/mpi/mpi_transport.h"
 #include "collectives/registry.h"
 #include "src/core/check.h"
+#include "src/core/cpu_info.h"
 #include "src/core/files.h"
 #include "src/core/registry.h"
 #include "src/core/launcher.h"
@@ -276,6 +278,32 @@ void add_context(const BenchConfig& cfg, const std::vector<const dpb::BackendEnt
 }
 
 // What every process under mpirun must agree on before the first collective (src/train/agree.h):
+// The load seen over the run into the JSON's context (the file is still our .tmp; rewritten in
+// place before the rename). busy: "" or why the machine was busy (cpu_info.h).
+void add_load_context(const std::string& path, const dpb::CpuLoad& l) {
+  nlohmann::ordered_json j;
+  {
+    std::ifstream in(path);
+    try {
+      j = nlohmann::ordered_json::parse(in);
+    } catch (const std::exception& e) {
+      die("cannot read back " + path + " to add the load: " + e.what());
+    }
+  }
+  auto& c = j["context"];
+  c["cpus_allowed"] = l.cpus;
+  c["load_avg_end"] = l.load_avg_end;
+  c["steal_pct"] = l.steal_pct;
+  c["cpu_pressure_pct"] = l.pressure_pct;
+  c["others_runnable"] = l.others_runnable;
+  c["busy"] = l.why_busy();
+  std::ofstream out(path, std::ios::trunc);
+  out << j.dump(2) << "\n";
+  if (!out.flush()) die("cannot write " + path + " (adding the load)");
+  if (l.busy())
+    std::fprintf(stderr, "dpbench-micro: measured on a busy machine: %s\n", l.why_busy().c_str());
+}
+
 // the shared run options, our own --dpb_* values, Google Benchmark's flags that pick and size the
 // benchmarks (not those that only shape rank 0's report), the environment and the binary. Ranks
 // with different selections would enter different collectives and hang or report wrong sums.
@@ -343,6 +371,7 @@ class NullReporter final : public benchmark::BenchmarkReporter {
 
 int main(int argc, char** argv) {
   std::string command;  // for --dpb_trace's description of the run
+  dpb::prefer_yielding_openmp(argv);  // GOMP_SPINCOUNT before libgomp reads it: re-executes once
   for (int i = 0; i < argc; ++i) command.append(i ? " " : "").append(argv[i]);
   BenchConfig cfg = parse_dpb_flags(&argc, argv);
   // Under mpirun/srun: one rank per process, the allreduce, reducescatter and allgather families
@@ -451,6 +480,16 @@ int main(int argc, char** argv) {
   if (ran == 0) {
     std::error_code ec;
     if (!tmp_path.empty()) std::filesystem::remove(tmp_path, ec);
+  // The load around the whole run (issue 25 item 5): the start now, the rest added to the JSON's
+  // context at the end (Google Benchmark writes the context before the first benchmark).
+  const dpb::CpuSample load0 = dpb::sample_cpu();
+  benchmark::AddCustomContext("load_avg_start", std::to_string(load0.load1));
+  benchmark::AddCustomContext("rank_placement",
+                              dpb::pin_mode_from_env() == dpb::PinMode::Never
+                                  ? "unbound (DPB_PIN=0)"
+                                  : "rank threads bound to their own CPUs when ranks <= CPUs and "
+                                    "(DPB_PIN unset) no other process was runnable (counters "
+                                    "pinned, cpu_rank<r>: the CPU each ran on)");
     die("--benchmark_filter=" + benchmark::GetBenchmarkFilter() + ": no benchmark matches" +
         (out_path.empty() ? "" : " (nothing written to " + out_path + ")"));
   }
@@ -468,4 +507,5 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+    add_load_context(tmp_path, dpb::cpu_load_between(load0, dpb::sample_cpu()));
 }

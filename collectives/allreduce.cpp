@@ -37,7 +37,11 @@ bool HostBarrier::arrive_and_wait() {
     for (unsigned i = 1;; ++i) {
       if (gen_.load(std::memory_order_acquire) != g || aborted_.load()) return !aborted_.load();
       cpu_relax();
-      if (i % 64 == 0 && std::chrono::steady_clock::now() - t0 > spin) break;
+      if (i % 64 != 0) continue;
+      if (std::chrono::steady_clock::now() - t0 > spin) break;
+      // The peer we wait for may share this core (another job took its own, or the ranks
+      // outnumber the cores): let it run instead of polling through our time slice.
+      std::this_thread::yield();
     }
   }
   while (gen_.load(std::memory_order_acquire) == g && !aborted_.load()) gen_.wait(g);

@@ -20,6 +20,7 @@
 #include "kernels/backends.h"
 #include "src/cli/selftest.h"
 #include "src/core/check.h"
+#include "src/core/cpu_info.h"
 #include "src/core/registry.h"
 #include "src/core/files.h"
 #include "src/core/memory.h"
@@ -343,6 +344,7 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+  dpb::prefer_yielding_openmp(argv);  // GOMP_SPINCOUNT before libgomp reads it: re-executes once
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

@@ -2,13 +2,37 @@
 // rank_threads.h). Tested by tests/test_rank_threads.cpp.
 #include "src/core/rank_threads.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include "src/core/check.h"
+#include "src/core/cpu_info.h"
 
 namespace dpb {
 
 RankThreads::RankThreads(int k, OnError on_error) : k_(k), on_error_(std::move(on_error)) {
   DPB_CHECK(k >= 1, "RankThreads: need at least one rank, got " << k);
-  for (int r = 0; r < k; ++r) threads_.emplace_back([this, r] { loop(r); });
+  const std::vector<int> allowed = allowed_cpus();  // the creating thread's mask
+  const bool pin = pin_ranks(pin_mode_from_env(), k, allowed);
+  cpu_ = std::make_unique<std::atomic<int>[]>(size_t(k));
+  for (int r = 0; r < k; ++r) {
+    cpu_[r].store(-1);
+    slices_.push_back(rank_cpu_slice(allowed, k, r, pin));
+    const std::vector<int>& s = slices_.back();
+    placement_.push_back(s.empty() ? ""
+                         : s.size() == 1 ? std::to_string(s[0])
+                                         : std::to_string(s.front()) + "-" + std::to_string(s.back()));
+  }
+  for (int r = 0; r < k; ++r) {
+    threads_.emplace_back([this, r] { loop(r); });
+    if (slices_[r].empty()) continue;
+    // Best effort: a refused mask (a cgroup's cpuset changed under us) leaves the thread free.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : slices_[r]) CPU_SET(c, &set);
+    if (pthread_setaffinity_np(threads_.back().native_handle(), sizeof set, &set) != 0)
+      placement_[r].clear();
+  }
 }
 
 RankThreads::~RankThreads() {
@@ -47,6 +71,7 @@ void RankThreads::loop(int rank) {
       seen = gen_;
       fn = fn_;
     }
+    cpu_[rank].store(sched_getcpu(), std::memory_order_relaxed);
     try {
       (*fn)(rank);
     } catch (const std::exception& e) {
@@ -82,6 +107,12 @@ void RankThreads::align(int rank) {
     bar_cv_.wait(lk, [&] { return bar_gen_ != g || bar_aborted_; });
   }
   if (bar_aborted_) throw Error("rank " + std::to_string(rank) + " stopped: another rank failed");
+}
+
+std::vector<int> RankThreads::cpus() const {
+  std::vector<int> c;
+  for (int r = 0; r < k_; ++r) c.push_back(cpu_[r].load(std::memory_order_relaxed));
+  return c;
 }
 
 void RankThreads::abort_barrier() {

@@ -2,6 +2,8 @@
 // epoch of k devices on a link. See projection.h; tested by tests/test_projection.cpp.
 #include "src/train/projection.h"
 
+#include "src/core/cpu_info.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,13 +31,6 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 constexpr const char* kFormat = "dpbench-profile/1";
-
-std::string cpu_model_name() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
 
 double median(std::vector<double> xs) { return median_ci95(std::move(xs)).median; }
 
