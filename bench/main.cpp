@@ -277,7 +277,6 @@ void add_context(const BenchConfig& cfg, const std::vector<const dpb::BackendEnt
                                                                       : "random pixels (seed 0)");
 }
 
-// What every process under mpirun must agree on before the first collective (src/train/agree.h):
 // The load seen over the run into the JSON's context (the file is still our .tmp; rewritten in
 // place before the rename). busy: "" or why the machine was busy (cpu_info.h).
 void add_load_context(const std::string& path, const dpb::CpuLoad& l) {
@@ -304,6 +303,7 @@ void add_load_context(const std::string& path, const dpb::CpuLoad& l) {
     std::fprintf(stderr, "dpbench-micro: measured on a busy machine: %s\n", l.why_busy().c_str());
 }
 
+// What every process under mpirun must agree on before the first collective (src/train/agree.h):
 // the shared run options, our own --dpb_* values, Google Benchmark's flags that pick and size the
 // benchmarks (not those that only shape rank 0's report), the environment and the binary. Ranks
 // with different selections would enter different collectives and hang or report wrong sums.
@@ -370,8 +370,8 @@ class NullReporter final : public benchmark::BenchmarkReporter {
 };
 
 int main(int argc, char** argv) {
-  std::string command;  // for --dpb_trace's description of the run
   dpb::prefer_yielding_openmp(argv);  // GOMP_SPINCOUNT before libgomp reads it: re-executes once
+  std::string command;  // for --dpb_trace's description of the run
   for (int i = 0; i < argc; ++i) command.append(i ? " " : "").append(argv[i]);
   BenchConfig cfg = parse_dpb_flags(&argc, argv);
   // Under mpirun/srun: one rank per process, the allreduce, reducescatter and allgather families
@@ -467,6 +467,16 @@ int main(int argc, char** argv) {
     for (const dpb::BackendEntry* b : backends) dpb::bench::register_overlap(env, *b);
   }
 
+  // The load around the whole run (issue 25 item 5): the start now, the rest added to the JSON's
+  // context at the end (Google Benchmark writes the context before the first benchmark).
+  const dpb::CpuSample load0 = dpb::sample_cpu();
+  benchmark::AddCustomContext("load_avg_start", std::to_string(load0.load1));
+  benchmark::AddCustomContext("rank_placement",
+                              dpb::pin_mode_from_env() == dpb::PinMode::Never
+                                  ? "unbound (DPB_PIN=0)"
+                                  : "rank threads bound to their own CPUs when ranks <= CPUs and "
+                                    "(DPB_PIN unset) no other process was runnable (counters "
+                                    "pinned, cpu_rank<r>: the CPU each ran on)");
   size_t ran = 0;
   if (root) {
     ran = benchmark::RunSpecifiedBenchmarks();
@@ -480,20 +490,11 @@ int main(int argc, char** argv) {
   if (ran == 0) {
     std::error_code ec;
     if (!tmp_path.empty()) std::filesystem::remove(tmp_path, ec);
-  // The load around the whole run (issue 25 item 5): the start now, the rest added to the JSON's
-  // context at the end (Google Benchmark writes the context before the first benchmark).
-  const dpb::CpuSample load0 = dpb::sample_cpu();
-  benchmark::AddCustomContext("load_avg_start", std::to_string(load0.load1));
-  benchmark::AddCustomContext("rank_placement",
-                              dpb::pin_mode_from_env() == dpb::PinMode::Never
-                                  ? "unbound (DPB_PIN=0)"
-                                  : "rank threads bound to their own CPUs when ranks <= CPUs and "
-                                    "(DPB_PIN unset) no other process was runnable (counters "
-                                    "pinned, cpu_rank<r>: the CPU each ran on)");
     die("--benchmark_filter=" + benchmark::GetBenchmarkFilter() + ": no benchmark matches" +
         (out_path.empty() ? "" : " (nothing written to " + out_path + ")"));
   }
   if (!tmp_path.empty() && std::filesystem::exists(tmp_path)) {
+    add_load_context(tmp_path, dpb::cpu_load_between(load0, dpb::sample_cpu()));
     std::error_code ec;
     std::filesystem::rename(tmp_path, out_path, ec);
     if (ec) die("could not rename " + tmp_path + " to " + out_path + ": " + ec.message());
@@ -507,5 +508,4 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
-    add_load_context(tmp_path, dpb::cpu_load_between(load0, dpb::sample_cpu()));
 }

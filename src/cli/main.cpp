@@ -325,6 +325,7 @@ int train_main(TrainArgs& t) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dpb::prefer_yielding_openmp(argv);  // GOMP_SPINCOUNT before libgomp reads it: re-executes once
   CLI::App app{"dpbench: data-parallel training benchmarks (LeNet and ResNet-18 on Fashion-MNIST)"};
   app.require_subcommand(1);
   TrainArgs train_args;
@@ -344,7 +345,6 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-  dpb::prefer_yielding_openmp(argv);  // GOMP_SPINCOUNT before libgomp reads it: re-executes once
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
