@@ -173,6 +173,7 @@ TEST(MetaTrain, CsvLeavesUnmeasuredColumnsEmpty) {
                            name.rfind("step_p", 0) == 0 || name.rfind("straggler_", 0) == 0 ||
                            name == "inject";
     const bool mlp_only = name.rfind("mlp_", 0) == 0;  // the MLP's shape: empty for LeNet
+    if (name == "busy") continue;  // the machine's verdict: empty when it was quiet
     if (unmeasured || mlp_only || breakdown)
       EXPECT_EQ(cells[i], "") << name;
     else
