@@ -104,6 +104,17 @@ if [ "$launcher" != threads ] && ! command -v mpirun >/dev/null && [ -z "${DPB_M
   echo "run_all.sh: note: --launcher $launcher but no mpirun (apt-get install openmpi-bin): the" \
     "process-mode runs are skipped"
 fi
+# --out: a folder that will take files, checked before any stage (a read-only one would otherwise
+# fail after the build, at the first write of the suites).
+if ((out_given && dry_run == 0)); then
+  probe="$out/.write-probe.$$"
+  if ! mkdir -p "$out" 2>/dev/null || ! : 2>/dev/null >"$probe"; then
+    echo "run_all.sh: --out $out: cannot write there ($( [ -d "$out" ] && echo "the folder" \
+      "refuses new files" || echo "cannot make the folder"))" >&2
+    exit 2
+  fi
+  rm -f "$probe"
+fi
 suite_list=$(IFS=,; echo "${suites[*]:-}")
 for s in ${suite_list//,/ }; do
   [ -f "scenarios/$s.ini" ] || { echo "run_all.sh: no suite '$s' (scenarios/: $(cd scenarios &&
@@ -112,7 +123,13 @@ done
 
 elapsed() { local s=$((SECONDS - T0)); printf '%d:%02d:%02d' $((s / 3600)) $((s / 60 % 60)) $((s % 60)); }
 step() { echo; echo "== [$(elapsed)] $*"; }
+child=""  # run_suite.py while it runs: a signal to run_all.sh is passed on to it
 interrupted() {
+  trap '' INT TERM HUP
+  if [ -n "$child" ]; then
+    kill -TERM "$child" 2>/dev/null  # run_suite.py stops its run and removes its temp files
+    wait "$child" 2>/dev/null || true
+  fi
   echo
   echo "run_all.sh: interrupted after $(elapsed)."
   if [ -n "$out" ] && [ -d "$out" ]; then
@@ -121,7 +138,7 @@ interrupted() {
   fi
   exit 130
 }
-trap interrupted INT TERM
+trap interrupted INT TERM HUP
 
 # ---- 1. build when missing or stale
 BUILD=${DPB_BUILD_DIR:-build}
@@ -148,22 +165,25 @@ elif ((build_ok == 0)); then
   [ -x "$BUILD/dpbench" ] || { echo "run_all.sh: no $BUILD/dpbench to run" >&2; exit 1; }
 else
   echo "running scripts/setup.sh: $why"
+  # A failed setup (packages, data, build) stops here: results from a stale build or without
+  # the data would be mislabelled. --no-build runs the existing build knowingly.
   if ! DPB_BUILD_DIR="$BUILD" scripts/setup.sh; then
-    [ -x "$BUILD/dpbench" ] || { echo "run_all.sh: scripts/setup.sh failed and there is no" \
-      "$BUILD/dpbench; see the messages above" >&2; exit 1; }
-    echo "run_all.sh: WARNING: scripts/setup.sh failed; going on with the existing (stale)" \
-      "$BUILD/dpbench" >&2
+    echo "run_all.sh: scripts/setup.sh failed (see the messages above); nothing was run." \
+      "$([ -x "$BUILD/dpbench" ] && echo "To run the existing $BUILD/dpbench as it is: --no-build")" >&2
+    exit 1
   fi
 fi
 
 # ---- 2. hardware
 step "hardware"
+info_raw=$("$BUILD/dpbench" info) || { echo "run_all.sh: $BUILD/dpbench info failed (exit $?);" \
+  "nothing was run" >&2; exit 1; }
 # (DPB_FAKE_GPUS, --dry-run only: the planner's view of a CUDA machine with that many GPUs)
 info=$(python3 -c '
 import json, sys
 sys.path.insert(0, "scripts")
 import suitelib
-print(json.dumps(suitelib.effective_info(json.loads(sys.argv[1]))))' "$("$BUILD/dpbench" info)")
+print(json.dumps(suitelib.effective_info(json.loads(sys.argv[1]))))' "$info_raw")
 read -r cpu cores cuda_built ngpu backend < <(python3 -c '
 import json, sys
 i = json.loads(sys.argv[1])
@@ -237,10 +257,19 @@ devices_arg=()
 set +e
 python3 scripts/run_suite.py run --out "$out" --"$mode" --backend "$backend" "${devices_arg[@]}" \
   --bin "$BUILD/dpbench" ${suite_list:+--suite "$suite_list"} --info "$info" \
-  --invocation "$INVOCATION" --launcher "$launcher" $peers
+  --invocation "$INVOCATION" --launcher "$launcher" $peers &
+child=$!
+wait "$child"
 rc=$?
+child=""
 set -e
 ((rc == 130)) && interrupted
+# 0: every run passed, 1: some failed (the rest are results): go on to plots and summary. 2 (bad
+# arguments, nothing ran), 3 (the results folder refused a write: a full disk) or a crash: stop.
+if ((rc != 0 && rc != 1)); then
+  echo "run_all.sh: scripts/run_suite.py stopped (exit $rc, see above); no plots or summary" >&2
+  exit "$rc"
+fi
 
 # ---- 4. plots (matplotlib: Debian's python3, not a pyenv without it)
 step "plots -> $out/plots"

@@ -26,6 +26,12 @@ process; Open MPI: --oversubscribe --bind-to none, like the threads, which are n
 scenario <name>-mpi (CSV column launcher = mpi); `mpi` leaves their thread-mode runs out. Without
 mpirun they are skipped with a note. DPB_MPIRUN replaces the launcher prefix ({np}: the count),
 e.g. DPB_MPIRUN="srun -n {np} --mpi=pmix".
+Temporary files (each run's CSV, the microbenchmark JSON and fit JSON until they are complete) live
+in DIR/.tmp/, which is emptied when `run` starts and when it ends (also on Ctrl-C, SIGTERM, SIGHUP);
+a results file is only ever replaced whole. Exit status of `run`: 0 every run passed, 1 some runs
+failed (their rows say which; the other results are complete), 2 bad arguments (--devices beyond
+what dpbench runs, an --out that cannot be written: nothing ran), 3 the results folder could not
+be written (a full disk: the manifest's status says failed, with the error), 130 interrupted.
 Standard library only: it runs under any python3. Suite files, readers and the per-run numbers are
 in scripts/suitelib.py.
 """
@@ -46,8 +52,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import memory_report as fitlib  # noqa: E402  (the fit rows)
 import peerlib  # noqa: E402
 from suitelib import (FIT_PREFIX, NO_CHECK_NOTE, ROOT, append_rows, append_suite_csv,  # noqa: E402
-                      effective_info, expand_runs, load_suite, micro_args, mpi_twins, read_rows,
-                      suite_names, write_json, SuiteError)
+                      effective_info, expand_runs, load_suite, mark_status_in_place, micro_args,
+                      mpi_twins, read_rows, stale_temps, suite_names, write_json, SuiteError)
 from summary import write_summary  # noqa: E402
 
 
@@ -59,6 +65,37 @@ def _cmd_out(cmd):
         return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+def cpu_sample():
+    """(1-minute load, steal jiffies, all jiffies) now; None where /proc lacks them."""
+    load = steal = total = None
+    try:
+        with open("/proc/loadavg") as f:
+            load = float(f.read().split()[0])
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        if len(v) == 8:  # user .. steal (guest is inside user)
+            steal, total = v[7], sum(v)
+    except (OSError, ValueError, IndexError):
+        pass
+    return load, steal, total
+
+
+def load_between(a, b):
+    """The manifest's load of one command (issue 25 item 5): the load average at its start and
+    end, the steal over it, and busy: why the machine was busy ("" when it was not; the rule of
+    src/core/cpu_info.h, less its count of other processes' runnable tasks)."""
+    cpus = len(os.sched_getaffinity(0))
+    steal = (round(100.0 * (b[1] - a[1]) / (b[2] - a[2]), 2)
+             if None not in (a[1], b[1]) and b[2] > a[2] else None)
+    why = []
+    if a[0] is not None and a[0] > cpus:
+        why.append(f"load {a[0]:g} > {cpus} CPUs")
+    if steal is not None and steal > 2:
+        why.append(f"steal {steal:g}%")
+    return {"cpus": cpus, "load_avg_start": a[0], "load_avg_end": b[0], "steal_pct": steal,
+            "busy": ", ".join(why)}
 
 
 def machine_facts(info, backend):
@@ -159,6 +196,7 @@ class Runner:
                              "created_utc": utc(), "commands": []}
         info = effective_info(json.loads(a.info) if a.info else self.dpbench_info())
         self.info = info
+        check_devices(a.devices, info)
         self.manifest.update({
             "status": "running", "mode": "quick" if a.quick else "full", "backend": a.backend,
             "devices": a.devices, "suites": a.suite, "invocation": a.invocation or
@@ -192,6 +230,7 @@ class Runner:
         printed, indented. Returns (rc, wall seconds, last lines)."""
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         t = time.time()
+        load0 = cpu_sample()
         tail = []
         with open(log_path, "w") as log:
             log.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
@@ -212,20 +251,56 @@ class Runner:
                 except subprocess.TimeoutExpired:
                     p.kill()
                 raise
+            except OSError:  # the log refused a write (a full disk): the run stops with it
+                p.kill()
+                p.wait()
+                raise
+        self.last_load = load_between(load0, cpu_sample())  # record() adds it to the entry
         return rc, time.time() - t, tail
 
+    def tmp_path(self, name):
+        """A temporary file in DIR/.tmp/ (made here): outputs until they are complete."""
+        tmpdir = os.path.join(self.out, ".tmp")
+        os.makedirs(tmpdir, exist_ok=True)
+        return os.path.join(tmpdir, name)
+
     def remove_tmp(self):
-        """Removes the folder dpbench writes each run's CSV into, with any left-overs of a run
-        that was interrupted before its rows were added to the suite CSV."""
+        """Removes the folder dpbench writes each run's CSV (and dpbench-micro and fit their JSON)
+        into, with any left-overs of a run that was interrupted before its results were complete,
+        and the temp files of a killed run_suite beside the results (manifest.json.tmp<pid>)."""
         tmpdir = os.path.join(self.out, ".tmp")
         if os.path.isdir(tmpdir):
-            for f in os.listdir(tmpdir):
-                os.remove(os.path.join(tmpdir, f))
-            os.rmdir(tmpdir)
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        for f in stale_temps(self.out) + stale_temps(os.path.join(self.out, "fit")):
+            try:
+                os.remove(f)
+            except OSError:
+                pass
 
     def record(self, entry):
+        if getattr(self, "last_load", None) and "load" not in entry:
+            entry["load"], self.last_load = self.last_load, None
         self.manifest["commands"].append(entry)
         self.save()
+
+    def write_failed(self, err):
+        """The results folder refused a write (err): its temp files removed, the manifest marked
+        failed with the error (in place when the disk is full), a clear message; exit 3."""
+        self.remove_tmp()
+        why = f"cannot write to {self.out}: {err.strerror or err} " \
+              f"({err.filename or 'a results file'})"
+        self.manifest.update({"status": "failed", "finished_utc": utc(), "error": why,
+                              "wall_s": round(time.time() - self.t0, 1)})
+        try:
+            self.save()
+            how = "the manifest says so"
+        except OSError:
+            how = "manifest status set to failed in place" if mark_status_in_place(
+                self.mpath, "running", "failed") else "the manifest could not be updated"
+            self.remove_tmp()
+        print(f"run_suite: {why}; stopped ({how}). Complete results so far stay in {self.out}; "
+              f"free space and continue with --out {self.out}", file=sys.stderr, flush=True)
+        return 3
 
     def micro_args(self, suite):
         a = self.a
@@ -250,7 +325,7 @@ class Runner:
         if os.path.exists(final):
             print(f"      already done: {final}", flush=True)
             return
-        tmp = final + ".part"
+        tmp = self.tmp_path(os.path.basename(final))  # dpbench-micro's own FILE.tmp.<pid> too
         cmd = [a.micro_bin] + shlex.split(args) + [f"--benchmark_out={tmp}",
                                                    "--benchmark_out_format=json"]
         log = os.path.join(self.out, "logs", suite.name, "micro.log")
@@ -301,9 +376,7 @@ class Runner:
             print(f"[{n}/{total} {self.elapsed()}] {run.suite}/{run.name}: already in "
                   f"{suite_csv}, skipped", flush=True)
             return
-        tmpdir = os.path.join(self.out, ".tmp")
-        os.makedirs(tmpdir, exist_ok=True)
-        run_csv = os.path.join(tmpdir, f"{run.suite}--{run.name}.csv")
+        run_csv = self.tmp_path(f"{run.suite}--{run.name}.csv")
         if os.path.exists(run_csv):
             os.remove(run_csv)
         # a run that names its backend keeps it (the memory suite's plans: --backend meta)
@@ -351,7 +424,7 @@ class Runner:
             return
         final = os.path.join(self.out, "fit", f"{run.suite}-{run.name}.json")
         os.makedirs(os.path.dirname(final), exist_ok=True)
-        tmp = final + ".part"
+        tmp = self.tmp_path(f"fit-{run.suite}-{run.name}.json")
         if os.path.exists(tmp):
             os.remove(tmp)
         backend = [] if "--backend" in run.args else ["--backend", a.backend]
@@ -437,15 +510,19 @@ class Runner:
                     "peer": lambda: f"{item.suite}/{item.name}: peer {item.peer.impl}",
                     "peer-micro": lambda: f"{item.name}: peer openmpi"}[kind]())
             return 0
-        os.makedirs(self.out, exist_ok=True)
-        self.save()
-        signal.signal(signal.SIGTERM, signal.default_int_handler)  # like Ctrl-C: stop cleanly
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # like Ctrl-C: stop cleanly
+            signal.signal(sig, signal.default_int_handler)
         try:
+            os.makedirs(self.out, exist_ok=True)
+            self.remove_tmp()  # what a killed earlier run left
+            self.save()
             steps = {"micro": self.run_micro, "train": self.run_train, "fit": self.run_fit,
                      "peer": lambda *x: peerlib.run_train_peer(self, *x),
                      "peer-micro": lambda *x: peerlib.run_micro_peer(self, *x)}
             for n, (kind, item) in enumerate(plan, 1):
                 steps[kind](item, n, total)
+        except OSError as e:  # the results folder refused a write: a full disk, a lost mount
+            return self.write_failed(e)
         except KeyboardInterrupt:
             self.remove_tmp()
             self.manifest["status"] = "interrupted"
@@ -469,6 +546,35 @@ class Runner:
 
 def utc(t=None):
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def usage_error(msg):
+    """A bad argument: the message on stderr, exit 2, before any work."""
+    print(f"run_suite: {msg}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def check_devices(devices, info):
+    """--devices against what the runs can use: dpbench runs 1 to max_ranks ranks (`dpbench info`;
+    a `--devices max` run and the microbenchmarks take the largest count given)."""
+    most = info.get("max_ranks")
+    bad = [d for d in devices if most and d > most]
+    if bad:
+        usage_error(f"--devices {','.join(map(str, devices))}: {','.join(map(str, bad))} "
+                    f"is more ranks than dpbench runs (1 to {most}, `dpbench info` max_ranks)")
+
+
+def check_out_dir(out):
+    """--out: made when missing; an existing folder must take a file (a read-only one, or a
+    mount that refuses writes, is refused now rather than after the first run)."""
+    try:
+        os.makedirs(out, exist_ok=True)
+        probe = os.path.join(out, f".write-probe.{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        usage_error(f"--out {out}: cannot write there ({e.strerror or e})")
 
 
 def main(argv=None):
@@ -554,13 +660,16 @@ def main(argv=None):
     try:
         a.devices = sorted({int(x) for x in (a.devices or "1,2,4").split(",") if x})
     except ValueError:
-        raise SystemExit(f"run_suite: --devices wants a comma list of counts, got '{a.devices}'")
+        usage_error(f"--devices wants a comma list of counts, got '{a.devices}'")
     if not a.devices or min(a.devices) < 1:
-        raise SystemExit("run_suite: --devices wants positive counts")
+        usage_error("--devices wants positive counts")
     a.micro_bin = a.micro_bin or os.path.join(os.path.dirname(a.bin), "dpbench-micro")
     if not os.access(a.bin, os.X_OK) and not a.dry_run:
-        raise SystemExit(f"run_suite: {a.bin} is not built; run scripts/setup.sh")
-    return Runner(a).run()
+        usage_error(f"{a.bin} is not built; run scripts/setup.sh")
+    runner = Runner(a)  # checks --devices against `dpbench info`
+    if not a.dry_run:
+        check_out_dir(a.out)
+    return runner.run()
 
 
 if __name__ == "__main__":

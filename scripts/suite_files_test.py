@@ -3,13 +3,17 @@
 the other suites stay usable (issue 25). Builds a scenarios folder of two good suites (copies of
 smoke and sync) and one broken file per case, then checks scripts/suitelib.load_suite's message,
 `run_suite.py list` (the good ones listed, the bad one marked UNUSABLE, exit 2), a dry run of
---suite smoke beside the broken file (runs), and a default run (refused, naming the file).
+--suite smoke beside the broken file (runs), and a default run (refused, naming the file). Also
+run_suite's own input checks (issue 25): --devices past dpbench's max_ranks and an --out that
+takes no files exit 2 at once; a killed run's temp files are found; a full disk's manifest
+status is set in place.
 In-process (suitelib.SCENARIOS points at the temporary folder); seconds. Standard library only.
 
   python3 scripts/suite_files_test.py
 """
 import contextlib
 import io
+import json
 import os
 import shutil
 import sys
@@ -94,6 +98,39 @@ def main():
         rc, out = run_main(dry)
         expect(rc != 0 and "broken.ini line" in out,
                f"a default run (every suite file) is refused naming the file (exit {rc})", out)
+        # --devices beyond what dpbench runs, an --out that takes no files: exit 2 before any work.
+        info = json.dumps({"cores": 2, "cuda_devices": 0, "max_ranks": 64})
+        fake_bin = os.path.join(tmp, "dpbench")
+        with open(fake_bin, "w") as f:
+            f.write("#!/bin/sh\nexit 0\n")
+        os.chmod(fake_bin, 0o755)
+        rc, out = run_main(dry + ["--suite", "smoke", "--devices", "1,2,99", "--info", info])
+        expect(rc == 2 and "--devices 1,2,99: 99" in out and "1 to 64" in out,
+               f"--devices 1,2,99 refused naming 99 and the limit (exit {rc})", out)
+        afile = os.path.join(tmp, "afile")
+        open(afile, "w").close()
+        rc, out = run_main(["run", "--out", os.path.join(afile, "out"), "--suite", "smoke",
+                            "--bin", fake_bin, "--info", info, "--no-micro"])
+        expect(rc == 2 and "cannot write there" in out,
+               f"--out under a file refused at once (exit {rc})", out)
+        # A killed run's temp files (a dead pid) beside the results go when a run starts there.
+        res = os.path.join(tmp, "res")
+        os.makedirs(os.path.join(res, ".tmp"))
+        left = [os.path.join(res, "manifest.json.tmp999999999"),
+                os.path.join(res, ".tmp", "micro-smoke.json.tmp.999999999")]
+        for x in left:
+            open(x, "w").close()
+        expect(suitelib.stale_temps(res) == left[:1], "stale_temps finds manifest.json.tmp<dead pid>",
+               str(suitelib.stale_temps(res)))
+        # A full disk: the manifest's status set in place, without growing the file.
+        man = os.path.join(res, "manifest.json")
+        suitelib.write_json(man, {"status": "running", "x": 1})
+        size = os.path.getsize(man)
+        ok = suitelib.mark_status_in_place(man, "running", "failed")
+        with open(man) as f:
+            st = json.load(f)["status"]
+        expect(ok and st == "failed" and os.path.getsize(man) == size,
+               f"mark_status_in_place: running -> {st}, size kept")
         os.remove(os.path.join(scen, "broken.ini"))
         rc, out = run_main(["list"])
         expect(rc == 0 and "UNUSABLE" not in out, f"list of good suites exits 0 (exit {rc})", out)

@@ -4,12 +4,14 @@ writes, and the per-run numbers of the summary (epoch time, speedup, time to acc
 Standard library only.
 """
 import configparser
+import contextlib
 import csv
 import fnmatch
 import io
 import json
 import math
 import os
+import re
 import shlex
 import statistics
 import sys
@@ -421,10 +423,48 @@ def mpi_twins(runs, backend="cpu", info=None):
 
 
 def write_atomic(path, text):
+    """path replaced by text at once; a failed write (a full disk) leaves the old file and no
+    temp file (run_suite also removes PATH.tmp<pid> left by a killed run: stale_temps)."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+def stale_temps(folder):
+    """write_atomic's temp files in folder (FILE.tmp<pid>) and dpbench-micro's (FILE.tmp.<pid>)
+    whose process is gone: what a killed run left behind."""
+    out = []
+    for f in os.listdir(folder) if os.path.isdir(folder) else []:
+        m = re.fullmatch(r".+\.tmp\.?(\d+)", f)
+        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            out.append(os.path.join(folder, f))
+    return out
+
+
+def mark_status_in_place(path, old, new):
+    """Rewrites '"status": "<old>"' as '"status": "<new>"' (padded with spaces to the same length)
+    inside path without growing it: what still works on a full disk, where write_atomic cannot
+    make its temp file. True when the file held the old status (needs len(new) <= len(old))."""
+    before, after = f'"status": "{old}"'.encode(), f'"status": "{new}"'.encode()
+    if len(after) > len(before):
+        return False
+    try:
+        with open(path, "r+b") as f:
+            data = f.read()
+            at = data.find(before)
+            if at < 0:
+                return False
+            f.seek(at)
+            f.write(after + b" " * (len(before) - len(after)))
+        return True
+    except OSError:
+        return False
 
 
 def write_json(path, obj):
@@ -580,11 +620,27 @@ def group_runs(rows):
     return g
 
 
+def stalled(e):
+    """The epoch's time was stretched by a stalled rank: the CSV's stalled_s > 0 (a wait past
+    the watchdog's warn threshold, src/core/watchdog.h); its times are no measurement."""
+    return (e.get("stalled_s") or 0) > 0
+
+
+def stalled_epoch(epochs):
+    """The first stalled epoch (its number), None when none was."""
+    for i, e in enumerate(epochs, 1):
+        if stalled(e):
+            return int(e["epoch"]) if isinstance(e.get("epoch"), float) else i
+    return None
+
+
 def steady_epoch_s(epochs, key="epoch_s"):
     """Median over epochs after the first (the first includes warm-up); the only one if one.
-    None when the run has no such number (a peer's blank column)."""
-    vals = [e[key] for e in epochs[1:]] or [epochs[0][key]]
-    return None if None in vals else statistics.median(vals)
+    Stalled epochs (stalled()) are left out. None when the run has no such number (a peer's
+    blank column, or every epoch stalled)."""
+    vals = ([e[key] for e in epochs[1:] if not stalled(e)] or
+            [e[key] for e in epochs[:1] if not stalled(e)])
+    return None if not vals or None in vals else statistics.median(vals)
 
 
 def time_to_acc(epochs, target):
@@ -664,5 +720,10 @@ def summarize(out_dir, family=None):
                 "in_sync": int(all(e["replicas_in_sync"] in (1, None) for e in eps)),
                 # the epoch it diverged in, its last (--allow-divergence); None: finite
                 "diverged_epoch": diverged_epoch(eps),
+                # the first epoch a stalled rank stretched, and the longest wait (seconds)
+                "stalled_epoch": stalled_epoch(eps),
+                "stalled_s": max((e.get("stalled_s") or 0 for e in eps), default=0),
+                # why the machine was busy in an epoch (the CSV's busy column; "": it was not)
+                "busy": next((e["busy"] for e in eps if e.get("busy")), ""),
             })
     return rows_out
