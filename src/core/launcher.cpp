@@ -31,10 +31,17 @@ LaunchEnv detect_launch_env() {
     e = {true, "PMIx (PMIX_RANK)", std::max(0, n), r};
   } else if (const int n = env_int("PMI_SIZE"); n >= 0) {
     e = {true, "PMI (PMI_SIZE)", n, std::max(0, env_int("PMI_RANK"))};
-  } else if (const int n = env_int("SLURM_NTASKS"); n > 1 && std::getenv("SLURM_STEP_ID")) {
+  } else if (const int n = env_int("SLURM_NTASKS"); n >= 1 && std::getenv("SLURM_STEP_ID")) {
     e = {true, "Slurm srun (SLURM_NTASKS)", n, std::max(0, env_int("SLURM_PROCID"))};
   }
+  if (e.size == 1) e.processes = false;  // one process: its ranks are threads (launcher.h)
   return e;
+}
+
+std::string rank_error_message(int rank, const std::string& msg) {
+  const std::string own = "rank " + std::to_string(rank) + ": ";
+  const bool named = msg.compare(0, own.size(), own) == 0;
+  return own + "error: " + (named ? msg.substr(own.size()) : msg);
 }
 
 }  // namespace dpb
