@@ -7,8 +7,11 @@
 // copies and the (user-mode) scratchpad live in device-wide workspaces reused by every shape. The
 // descriptors and each call's workspace requests come from conv_workspace.h, which the meta
 // backend charges alike; a call reserves its requests before it runs.
+#include <sstream>
+
 #include "kernels/cpu/cpu_device.h"
 #include "src/core/check.h"
+#include "src/core/memory.h"
 
 namespace dpb {
 namespace {
@@ -24,6 +27,16 @@ cpu::ConvOperand make_operand(const dnnl::engine& eng, const dnnl::memory::desc&
       o.reorder.emplace(*o.prim, o.user);
   }
   return o;
+}
+
+// A oneDNN error in a conv call: out of memory (a primitive, its JIT code or a buffer the host
+// refused) is OutOfMemory (exit 3); anything else an Error naming the call and shape.
+[[noreturn]] void conv_failed(int rank, const char* op, const ConvShape& s, const dnnl::error& e) {
+  std::ostringstream os;
+  os << "cpu:" << rank << ": " << op << " " << s << ": oneDNN error: " << e.what();
+  if (e.status == dnnl_out_of_memory)
+    throw OutOfMemory("out of memory: " + os.str() + address_limit_note(), 0, 0);
+  throw Error(os.str());
 }
 
 // The layout the primitive uses for operand o.
@@ -105,7 +118,7 @@ void CpuDevice::conv2d_forward(const ConvShape& s, const float* x, const float* 
     conv_finish(p.fwd_y);
     strm_.wait();
   } catch (const dnnl::error& e) {
-    DPB_CHECK(false, "cpu:" << rank_ << ": conv2d_forward " << s << ": oneDNN error: " << e.what());
+    conv_failed(rank_, "conv2d_forward", s, e);
   }
 }
 
@@ -147,8 +160,7 @@ void CpuDevice::conv2d_backward(const ConvShape& s, const float* x, const float*
     conv_finish(p.bw_db);
     strm_.wait();
   } catch (const dnnl::error& e) {
-    DPB_CHECK(false,
-              "cpu:" << rank_ << ": conv2d_backward " << s << ": oneDNN error: " << e.what());
+    conv_failed(rank_, "conv2d_backward", s, e);
   }
 }
 

@@ -47,7 +47,9 @@ void* HostBuf::get(size_t bytes, const char* what, MemoryLedger& ledger) {
     ledger_ = &ledger;
     if (backed_) {
       p_ = std::aligned_alloc(4096, want);
-      if (!p_) ledger.fail(want, MemCategory::Workspace, what, "the host heap refused it");
+      if (!p_)
+        ledger.fail(want, MemCategory::Workspace, what,
+                    "the host heap refused it" + address_limit_note());
     }
     bytes_ = want;
   }

@@ -59,7 +59,7 @@ float* CpuDevice::alloc(size_t n, MemCategory cat, const char* what) {
   if (bytes == 0) bytes = 64;                         // distinct non-null pointer for n == 0
   ledger_.reserve(bytes, cat, what);  // throws past the capacity (--device-mem)
   void* p = std::aligned_alloc(64, bytes);
-  if (!p) ledger_.fail(bytes, cat, what, "the host heap refused it");
+  if (!p) ledger_.fail(bytes, cat, what, "the host heap refused it" + address_limit_note());
   std::memset(p, 0, bytes);
   ledger_.track(p, bytes, cat);
   {

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/cpu_device.h"
 #include "src/core/check.h"
+#include "src/core/memory.h"
 
 namespace dpb {
 namespace {
@@ -14,6 +15,12 @@ void sgemm(const char* op, int n, int in, int out, char ta, char tb, dnnl_dim_t 
            dnnl_dim_t k, const float* a, dnnl_dim_t lda, const float* b, dnnl_dim_t ldb, float beta,
            float* c, dnnl_dim_t ldc) {
   dnnl_status_t st = dnnl_sgemm(ta, tb, m, nn, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+  if (st == dnnl_out_of_memory) {  // its packing buffers: exit 3 like any other refusal
+    std::ostringstream os;
+    os << "out of memory: " << op << "(n=" << n << " in=" << in << " out=" << out
+       << "): oneDNN's sgemm could not allocate its buffers" << address_limit_note();
+    throw OutOfMemory(os.str(), 0, 0);
+  }
   DPB_CHECK(st == dnnl_success, op << "(n=" << n << " in=" << in << " out=" << out
                                    << "): dnnl_sgemm failed with status " << int(st));
 }

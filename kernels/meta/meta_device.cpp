@@ -17,7 +17,9 @@ namespace dpb {
 namespace meta {
 
 AddressRange::AddressRange() {
-  for (size_t want = size_t(1) << 40; want >= (size_t(1) << 30); want /= 2) {
+  // Down to 64 MiB: the trainer's validation sizes a model on a meta device (model_input_size),
+  // which must not fail for want of address space under a tight ulimit -v.
+  for (size_t want = size_t(1) << 40; want >= (size_t(64) << 20); want /= 2) {
     void* p = mmap(nullptr, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) continue;  // a smaller address space (ulimit -v, a sanitizer's layout)
     base_ = static_cast<char*>(p);
@@ -25,7 +27,10 @@ AddressRange::AddressRange() {
     free_[0] = want;
     return;
   }
-  DPB_CHECK(false, "meta: cannot reserve 1 GiB of address space for planning (ulimit -v?)");
+  // No address space left is running out of memory (exit 3), as a refused allocation is.
+  throw OutOfMemory("out of memory: meta: cannot reserve 64 MiB of address space for planning" +
+                        address_limit_note(),
+                    size_t(64) << 20, 0);
 }
 
 AddressRange::~AddressRange() {

@@ -8,6 +8,15 @@
 #include <cstdlib>
 #include <sstream>
 
+#include <malloc.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <exception>
+#include <new>
+
 namespace dpb {
 
 const char* mem_category_name(MemCategory c) {
@@ -154,6 +163,79 @@ MemoryUsage MemoryLedger::peak() const {
 size_t MemoryLedger::tracked() const {
   std::lock_guard<std::mutex> lk(mu_);
   return live_.size();
+}
+
+size_t address_space_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_AS, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return 0;
+  return size_t(r.rlim_cur);
+}
+
+std::string address_limit_note() {
+  const size_t lim = address_space_limit();
+  if (!lim) return "";
+  return "; the process's address space is limited to " + format_mem_bytes(lim) + " (ulimit -v " +
+         std::to_string(lim / 1024) + ")";
+}
+
+namespace {
+
+// The crash message, written before any crash: a signal handler may only write(2) and _exit(2).
+// Process-wide by nature (signal dispositions are), set once by the function below.
+char crash_text[640];
+size_t crash_len = 0;
+
+void write_crash(const char* what) {
+  ssize_t ignored = write(STDERR_FILENO, crash_text, crash_len);
+  ignored = write(STDERR_FILENO, what, std::strlen(what));
+  ignored = write(STDERR_FILENO, "\n", 1);
+  (void)ignored;
+}
+
+void on_crash_signal(int sig) {
+  write_crash(sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : "SIGABRT");
+  _exit(3);
+}
+
+void on_terminate() {
+  bool bad_alloc = false;
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::bad_alloc&) {
+      bad_alloc = true;
+    } catch (...) {
+    }
+  }
+  write_crash(bad_alloc ? "std::bad_alloc outside dpbench's checks" : "std::terminate");
+  _exit(3);
+}
+
+}  // namespace
+
+void exit_3_on_crash_under_address_limit(const char* prog) {
+  const size_t lim = address_space_limit();
+  if (!lim) return;
+  mallopt(M_ARENA_MAX, 2);
+  std::snprintf(crash_text, sizeof crash_text,
+                "%s: out of memory (probably): a library that does not check every allocation "
+                "(oneDNN, OpenMP, the C++ runtime) crashed under the address-space limit of %s "
+                "(ulimit -v %zu); raise the limit, or lower --batch, --devices or --threads. "
+                "Crash: ",
+                prog, format_mem_bytes(lim).c_str(), lim / 1024);
+  crash_len = std::strlen(crash_text);
+  // An alternate stack for this thread's handler, so a crash in a full stack still reports.
+  static char alt[64 * 1024];
+  stack_t ss{};
+  ss.ss_sp = alt;
+  ss.ss_size = sizeof alt;
+  sigaltstack(&ss, nullptr);
+  struct sigaction sa {};
+  sa.sa_handler = on_crash_signal;
+  sa.sa_flags = SA_ONSTACK | SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGSEGV, SIGBUS, SIGABRT}) sigaction(sig, &sa, nullptr);
+  std::set_terminate(on_terminate);
 }
 
 }  // namespace dpb

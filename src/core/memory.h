@@ -56,6 +56,18 @@ std::string format_mem_bytes(size_t bytes);
 // (out untouched) for anything else, zero or a value past 2^62.
 bool parse_bytes(const std::string& text, size_t& out);
 
+// The process's address-space limit (RLIMIT_AS, `ulimit -v`) in bytes; 0 when there is none.
+size_t address_space_limit();
+// "; the process's address space is limited to 1.05 GiB (ulimit -v 1100000)" when such a limit
+// is set, else "": appended to the messages of allocations the host refused.
+std::string address_limit_note();
+// Under an address-space limit (no-op without one): caps glibc's malloc arenas at 2 (each
+// reserves 64 MiB of address space per thread that allocates), and turns the crashes of
+// libraries that do not check every allocation (oneDNN's JIT code buffers: SIGSEGV; libgcc_s not
+// loadable: SIGABRT; std::bad_alloc escaping a library's thread: std::terminate) into exit 3 with
+// a message naming the signal and the limit. `prog` names the program in the message.
+void exit_3_on_crash_under_address_limit(const char* prog);
+
 // An allocation that did not fit: past the ledger's capacity, or refused by the device itself
 // (cudaErrorMemoryAllocation). what() is the one message: device, what was allocated and its
 // size and category, the breakdown in use, the capacity.
