@@ -45,4 +45,14 @@ Dataset load_run_data(const TrainConfig& cfg, const std::string& data_dir, int t
   return src.load(cfg, data_dir, train_limit, test_limit);
 }
 
+std::string clamp_batch_to_data(TrainConfig& cfg, const Dataset& data) {
+  if (data.train.n <= 0 || cfg.batch <= data.train.n) return "";
+  const std::string note = "--batch " + std::to_string(cfg.batch) + " is more than the " +
+                           std::to_string(data.train.n) + " training examples: global batch " +
+                           std::to_string(data.train.n) + " (one step per epoch, as asked; the "
+                           "CSV's global_batch says " + std::to_string(data.train.n) + ")";
+  cfg.batch = data.train.n;
+  return note;
+}
+
 }  // namespace dpb
