@@ -30,6 +30,7 @@
 #include "src/core/files.h"
 #include "src/core/registry.h"
 #include "src/core/launcher.h"
+#include "src/core/watchdog.h"
 #include "kernels/machine_info.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
@@ -445,6 +446,20 @@ int main(int argc, char** argv) {
       die("--dpb_backends=" + b->name + ": the planning backend runs no math, so there is nothing "
           "to time (plan memory with dpbench train --backend " + b->name + " or dpbench fit)");
   }
+
+  // A stalled rank ends every rank with exit 5 (src/core/watchdog.h), leaving no partial output.
+  dpb::WatchdogOptions wo;
+  wo.timeout_s = cfg.run.timeout_s;
+  wo.flag = "--dpb_timeout";
+  wo.on_timeout = [&tmp_path, rank = cfg.proc_rank, procs = mpi ? cfg.procs : 0](const std::string& msg) {
+    if (!tmp_path.empty()) std::remove(tmp_path.c_str());
+    if (procs > 1) dpb::mpi_abort_job(rank, "watchdog: " + msg, dpb::kExitStalled);
+    std::fflush(stdout);
+    std::fprintf(stderr, "dpbench-micro: error: watchdog: %s\n", msg.c_str());
+    std::fflush(stderr);
+    std::_Exit(dpb::kExitStalled);
+  };
+  std::optional<dpb::Watchdog> dog(std::in_place, std::move(wo));
 
   if (mpi && cfg.procs > 1) check_processes_agree(cfg, micro_agree_fields(cfg, backends, args));
 

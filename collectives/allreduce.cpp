@@ -21,7 +21,7 @@ namespace dpb {
 
 // ---------------------------------------------------------------- HostBarrier
 
-bool HostBarrier::arrive_and_wait() {
+bool HostBarrier::arrive_and_wait(WatchSlot* slot) {
   if (aborted_.load()) return false;
   const uint32_t g = gen_.load(std::memory_order_acquire);
   if (count_.fetch_add(1, std::memory_order_acq_rel) == k_ - 1) {
@@ -44,6 +44,7 @@ bool HostBarrier::arrive_and_wait() {
       std::this_thread::yield();
     }
   }
+  WaitScope watched(slot, WaitKind::Barrier, -1, g);  // asleep: the watchdog may look (watchdog.h)
   while (gen_.load(std::memory_order_acquire) == g && !aborted_.load()) gen_.wait(g);
   return !aborted_.load();
 }
@@ -69,9 +70,54 @@ long default_barrier_spin_ns(int threads) {
   return hw > 0 && threads > 0 && unsigned(threads) <= hw ? 100000 : 0;
 }
 
+namespace {
+// link with its node count from DPB_NODES when it names one node (--nodes wins; issue 26).
+LinkSpec with_env_nodes(LinkSpec link) {
+  if (const char* e = std::getenv("DPB_NODES"); e && link.nodes == 1) {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    DPB_CHECK(end != e && *end == '\0' && v >= 1 && v <= 4096,
+              "environment variable DPB_NODES='" << e << "' is not a number of nodes in [1, 4096]");
+    link.nodes = int(v);
+  }
+  return link;
+}
+}  // namespace
+
 CommGroup::CommGroup(int k, std::vector<Device*> devices, const LinkSpec& link)
+    : CommGroup(k, std::move(devices), with_env_nodes(link), 0) {}
+
+CommGroup::CommGroup(int k, std::vector<Device*> devices, const LinkSpec& link, int)
     : t_(make_thread_transport(k, std::move(devices), link)),
-      sent_(std::make_unique<SentCounter[]>(size_t(t_->size()))) {}
+      sent_(std::make_unique<SentCounter[]>(size_t(t_->size()))), nodes_(link.nodes) {
+  DPB_CHECK(nodes_ >= 1 && k % nodes_ == 0,
+            "--nodes (DPB_NODES) " << nodes_ << ": the " << k
+                                   << " ranks must split into nodes of equal size (a divisor of "
+                                   << k << ")");
+}
+
+const CommGroup::Levels& CommGroup::levels() {
+  std::call_once(levels_once_, [&] {
+    const int n = nodes_, g = ranks_per_node();
+    auto sub = [&](std::vector<int> members) {
+      auto c = std::make_unique<CommGroup>(make_group_view(*t_, members));
+      c->parent_ = this;
+      c->members_ = std::move(members);
+      return c;
+    };
+    for (int j = 0; j < n; ++j) {
+      std::vector<int> m;
+      for (int l = 0; l < g; ++l) m.push_back(j * g + l);
+      levels_.node.push_back(sub(std::move(m)));
+    }
+    for (int l = 0; l < g; ++l) {
+      std::vector<int> m;
+      for (int j = 0; j < n; ++j) m.push_back(j * g + l);
+      levels_.cross.push_back(sub(std::move(m)));
+    }
+  });
+  return levels_;
+}
 
 CommGroup::CommGroup(std::unique_ptr<Transport> transport) : t_(std::move(transport)) {
   DPB_CHECK(t_, "CommGroup: null transport");
@@ -102,7 +148,9 @@ class Traced final : public AllReduce {
   std::string choice(size_t n) const override { return inner_->choice(n); }
   std::string describe() const override { return inner_->describe(); }
   void run(int rank, float* buf, size_t n) override {
-    NvtxRange range(label_ + format_bytes(double(n) * sizeof(float)));
+    const std::string what = label_ + format_bytes(double(n) * sizeof(float));
+    NvtxRange range(what);
+    WatchLabel watched(group_.watch_slot(rank), what);  // where a stalled peer leaves us waiting
     try {
       inner_->run(rank, buf, n);
     } catch (const std::exception& e) {

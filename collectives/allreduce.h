@@ -41,7 +41,8 @@ class HostBarrier {
   // docs/decisions.md, "barrier polling"), but burns a core that another thread may need: use it
   // only when every waiter has a core.
   explicit HostBarrier(int k, long spin_ns = 0) : k_(k), spin_ns_(spin_ns) {}
-  bool arrive_and_wait();
+  // slot: the waiting rank's (src/core/watchdog.h), marked while it sleeps (not while it polls).
+  bool arrive_and_wait(WatchSlot* slot = nullptr);
   void abort();
   long spin_ns() const { return spin_ns_.load(std::memory_order_relaxed); }
   void set_spin_ns(long ns) { spin_ns_.store(ns, std::memory_order_relaxed); }
@@ -66,10 +67,25 @@ class HostBarrier {
 // bypass the steps (a library's own: nccl, mpi) add theirs with count_sent.
 // broadcast_host and allgather_host are not counted: host control traffic (stats, ids), not
 // training data. Only ranks of this process count here (process mode: each process its own).
+//
+// Two levels (issue 26): the group's ranks are nodes() nodes of ranks_per_node() ranks, numbered
+// node by node (threads: link.nodes emulated nodes, or DPB_NODES when link.nodes is 1,
+// collectives/link.h; a group over another
+// transport: one node). node_group(r) is the ranks of r's node (member i: local rank i),
+// cross_group(r) the ranks with r's local rank, one per node (member j: node j): sub-groups over
+// the same transport (make_group_view, group_view.cpp), made on first use, so any algorithm of
+// the tables runs inside either (collectives/hier.cpp runs on both). Their sends count in this
+// group's sent_bytes too.
 class CommGroup {
  public:
   CommGroup(int k, std::vector<Device*> devices, const LinkSpec& link = {});
   explicit CommGroup(std::unique_ptr<Transport> transport);
+  int nodes() const { return nodes_; }
+  int ranks_per_node() const { return size() / nodes_; }
+  int node_of(int rank) const { return rank / ranks_per_node(); }
+  int local_rank(int rank) const { return rank % ranks_per_node(); }
+  CommGroup& node_group(int rank) { return *levels().node[size_t(node_of(rank))]; }
+  CommGroup& cross_group(int rank) { return *levels().cross[size_t(local_rank(rank))]; }
   int size() const { return t_->size(); }
   Launcher launcher() const { return t_->launcher(); }
   int processes() const { return t_->processes(); }
@@ -78,6 +94,11 @@ class CommGroup {
   Device& device(int rank) const { return t_->device(rank); }
   BackendKind kind() const { return t_->kind(); }
   Transport& transport() const { return *t_; }
+  // This process's wait slot of `rank` (src/core/watchdog.h), or nullptr when not watched.
+  WatchSlot* watch_slot(int rank) const {
+    WatchBoard* b = t_->watch_board();
+    return b ? b->local_slot(rank) : nullptr;
+  }
   // The transport's steps are paced by an emulated link (link.h).
   bool paced() const { return t_->paced(); }
   // Rank `rank`'s host issued the comm work that follows at t (link.h, "Two clocks"; GradSync
@@ -115,6 +136,7 @@ class CommGroup {
   // For collectives that do not go through step() (a library's: nccl, mpi): the bytes rank sends.
   void count_sent(int rank, uint64_t bytes) {
     sent_[size_t(rank)].bytes.fetch_add(bytes, std::memory_order_relaxed);
+    if (parent_) parent_->count_sent(members_[size_t(rank)], bytes);  // a sub-group's
   }
   // Device-ordered barrier: when it returns on every rank, comm work issued by every rank before
   // the barrier is ordered before comm work issued after it on any rank. CPU threads: one host
@@ -133,10 +155,25 @@ class CommGroup {
   bool aborted() const { return t_->aborted(); }
 
  private:
+  CommGroup(int k, std::vector<Device*> devices, const LinkSpec& link, int);  // link.nodes final
   struct alignas(64) SentCounter { std::atomic<uint64_t> bytes{0}; };
+  struct Levels {
+    std::vector<std::unique_ptr<CommGroup>> node, cross;
+  };
+  const Levels& levels();
+  // Declared before t_: the sub-groups' views hold t_ and outlive it only in their destructors.
+  Levels levels_;
+  std::once_flag levels_once_;
   std::unique_ptr<Transport> t_;
   std::unique_ptr<SentCounter[]> sent_;  // one per rank
+  int nodes_ = 1;
+  CommGroup* parent_ = nullptr;  // a sub-group: its ranks' numbers in parent_ (members_)
+  std::vector<int> members_;
 };
+
+// A sub-group of parent's ranks as a transport (group_view.cpp): view rank i is parent rank
+// members[i]; every member a rank of this process. CommGroup's node and cross-node groups.
+std::unique_ptr<Transport> make_group_view(Transport& parent, std::vector<int> members);
 
 // The threads transport over k devices of this process (transport_threads.cpp); when `link` is
 // enabled, paced by it on one fabric all k ranks share (with_link, link.h; CPU devices only).
@@ -166,6 +203,9 @@ class AllReduce {
 
 struct AllReduceOptions {
   std::string tune_file;  // auto: the tuning table (JSON); "": the built-in default
+  // hier (hier.cpp): the flat algorithms it runs inside the nodes (reduce-scatter, all-gather)
+  // and across them (all-reduce, reduce-scatter, all-gather of the 1/g shard).
+  std::string hier_intra = "ring", hier_cross = "ring";
 };
 
 // algorithm: a name in the table of collectives/registry.h. Throws dpb::Error naming the algorithm

@@ -6,6 +6,8 @@
 // (AllReduceEntry::sent_bytes, registry.h), as it carries the link cost.
 //   naive, ring, direct, rhd, auto: exactly the lens of the SendOps the schedule lists (pulls and
 //     puts alike), so the measured count equals it byte for byte;
+//   hier (hier.cpp): the sum of its inner collectives' counts on the node group (g = k / nodes
+//     ranks) and the cross-node group (nodes ranks), on the ranges hier runs them on;
 //   nccl, mpi (a library's own collective, not measured inside the library): the nominal count,
 //     nccl-tests' convention: the ring's (ring_sent_bytes), 2(k-1)/k of the buffer for an
 //     all-reduce, (k-1)/k for a reduce-scatter or an all-gather, in the ring's exact chunk sizes.
@@ -27,12 +29,15 @@ struct SentBytesQuery {
   int rank = 0;   // whose sends
   BackendKind kind = BackendKind::Cpu;  // auto: the backend its tuning table is resolved for
   std::string tune_file;                // auto: its tuning table ("": the built-in one)
+  int nodes = 1;                        // hier: the group's nodes (k / nodes ranks each)
+  std::string intra = "ring", cross = "ring";  // hier: its algorithms in and across the nodes
 };
 
 // Bytes `rank` sends in one call of c's `algorithm` (a name in c's table, registry.h) on n floats
 // over k ranks. Throws dpb::Error naming the algorithm when it is unknown or has no count.
 uint64_t schedule_sent_bytes(Collective c, const std::string& algorithm, size_t n, int k, int rank,
-                             BackendKind kind = BackendKind::Cpu, const std::string& tune_file = "");
+                             BackendKind kind = BackendKind::Cpu, const std::string& tune_file = "",
+                             int nodes = 1);
 
 // The ring's count (ring.cpp), also the nominal count of the library collectives (nccl, mpi):
 // reduce-scatter n - |chunk r|, all-gather n - |chunk r+1|, all-reduce the ring's rotated halves,

@@ -24,8 +24,19 @@ double LinkSpec::gbps_of(int rank) const {
   return g > 0 ? g : gbps;
 }
 
-double LinkSpec::busy_s(int src, int dst, double bytes) const {
-  const double a = gbps_of(src), b = gbps_of(dst);
+double LinkSpec::busy_s(int src, int dst, double bytes, int k) const {
+  double a = gbps_of(src), b = gbps_of(dst);
+  if (k > 0 && crosses(src, dst, k)) {  // the inter-node link, slowed by a rank's override
+    auto own = [&](int rank) {  // rank's smallest override, 0: none
+      double o = 0;
+      for (const auto& [r, rg] : rank_gbps)
+        if (r == rank && (o == 0 || rg < o)) o = rg;
+      return o;
+    };
+    const double g = inter().gbps, oa = own(src), ob = own(dst);
+    a = oa > 0 && (g == 0 || oa < g) ? oa : g;
+    b = ob > 0 && (g == 0 || ob < g) ? ob : g;
+  }
   const double g = a > 0 && b > 0 ? std::min(a, b) : std::max(a, b);  // 0: unlimited
   return g > 0 ? bytes * 8.0 / (g * 1e9) : 0.0;
 }
@@ -37,6 +48,12 @@ std::string LinkSpec::label() const {
   std::string s = buf;
   for (const auto& [r, g] : rank_gbps) {
     std::snprintf(buf, sizeof buf, "; rank %d %g Gb/s", r, g);
+    s += buf;
+  }
+  if (nodes > 1) {
+    const LinkSpec x = inter();
+    std::snprintf(buf, sizeof buf, "; %d nodes, %g Gb/s, %g us between", nodes, x.gbps,
+                  x.latency_us);
     s += buf;
   }
   return s;
@@ -51,6 +68,16 @@ void validate_link(const LinkSpec& link, const std::string& gbps_opt,
   DPB_CHECK(std::isfinite(link.latency_us) && link.latency_us >= 0 && link.latency_us <= 1e7,
             latency_opt << ": must be a number of microseconds in [0, 1e7], got "
                         << link.latency_us);
+  DPB_CHECK(std::isfinite(link.node_gbps) &&
+                (link.node_gbps == 0 || (link.node_gbps >= 1e-6 && link.node_gbps <= 1e9)),
+            "--node-link-gbps: must be 0 (the intra-node link's) or gigabits per second in "
+            "[1e-6, 1e9], got " << link.node_gbps);
+  DPB_CHECK(std::isfinite(link.node_latency_us) && link.node_latency_us >= 0 &&
+                link.node_latency_us <= 1e7,
+            "--node-link-latency-us: must be a number of microseconds in [0, 1e7], got "
+                << link.node_latency_us);
+  DPB_CHECK(link.nodes >= 1, "--nodes (DPB_NODES): must be a number of nodes >= 1, got "
+                                 << link.nodes);
   for (const auto& [r, g] : link.rank_gbps) {
     DPB_CHECK(r >= 0, "emulated link: a bandwidth override for rank " << r
                           << " (ranks count from 0)");
@@ -83,11 +110,13 @@ void LinkFabric::issue(int r, Clock::time_point t) {
 LinkFabric::Clock::time_point LinkFabric::reserve(int src, int dst, double bytes, int by,
                                                   Clock::time_point not_before) {
   const auto now = Clock::now();
-  const double busy_s = spec_.busy_s(src, dst, bytes);  // the slower end's G (rank_gbps)
+  // The slower end's G (rank_gbps); between emulated nodes the inter-node link's G and L.
+  const int k = size();
+  const double busy_s = spec_.busy_s(src, dst, bytes, k);
   const auto busy =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(busy_s));
   const auto lat = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(spec_.latency_us * 1e-6));
+      std::chrono::duration<double>(spec_.latency_s(src, dst, k)));
   std::lock_guard<std::mutex> lk(mu_);
   // Stream mode (every rank issued): the collective's data is there once the last rank issued it
   // (its first barrier waits for all), and the booking rank's stream runs its transfers in order;
@@ -202,6 +231,11 @@ class PacedTransport final : public Transport {
     return in_->alloc(rank, n, cat, what);
   }
   void begin(int rank, float* buf) override { in_->begin(rank, buf); }
+  WatchBoard* watch_board() override { return in_->watch_board(); }
+  void publish(int rank, float* buf) override { in_->publish(rank, buf); }
+  void watch_abort(std::function<void(const std::string&)> wake) override {
+    in_->watch_abort(std::move(wake));
+  }
   void barrier(int rank) override { in_->barrier(rank); }
   void broadcast_host(int rank, void* data, size_t bytes, int root) override {
     in_->broadcast_host(rank, data, bytes, root);

@@ -58,27 +58,64 @@ namespace dpb {
 struct LinkSpec {
   double gbps = 0;        // gigabits per second per direction; 0: unlimited bandwidth
   double latency_us = 0;  // per transfer; 0: none
+  // Emulated nodes (DPB_NODES, --nodes; issue 26): the k ranks are `nodes` nodes of k / nodes
+  // ranks each, numbered node by node (rank r on node r / (k / nodes)). A transfer between ranks
+  // of two nodes runs on the inter-node link: node_gbps and node_latency_us (0 and 0: the same as
+  // inside a node); inside a node on gbps and latency_us. Each rank keeps one send and one
+  // receive link for both (a NIC per GPU, as NCCL's rail-optimized clusters have). CommGroup takes
+  // its node count from here (allreduce.h, node_group / cross_group).
+  int nodes = 1;
+  double node_gbps = 0;
+  double node_latency_us = 0;
   // Per-rank overrides of gbps (--inject link:rank=R,gbps=G, src/train/inject.h): rank R's send
   // and receive links run at G (> 0). A transfer src -> dst runs at the slower of gbps_of(src)
   // and gbps_of(dst) (0, unlimited, on both sides: no bandwidth pacing).
   std::vector<std::pair<int, double>> rank_gbps;
-  bool enabled() const { return gbps > 0 || latency_us > 0 || !rank_gbps.empty(); }
+  bool enabled() const {
+    return gbps > 0 || latency_us > 0 || !rank_gbps.empty() || node_gbps > 0 ||
+           node_latency_us > 0;
+  }
+  // Ranks src and dst are on different emulated nodes of a group of k ranks.
+  bool crosses(int src, int dst, int k) const {
+    if (nodes <= 1 || k < nodes) return false;
+    const int g = k / nodes;
+    return src / g != dst / g;
+  }
+  // The inter-node link as a spec of its own (node_gbps, node_latency_us, or gbps, latency_us when
+  // both are 0): what cost models charge the cross-node steps with.
+  LinkSpec inter() const {
+    LinkSpec l;
+    const bool own = node_gbps > 0 || node_latency_us > 0;
+    l.gbps = own ? node_gbps : gbps;
+    l.latency_us = own ? node_latency_us : latency_us;
+    return l;
+  }
   // Rank `rank`'s links' bandwidth: its smallest override, else gbps.
   double gbps_of(int rank) const;
   // Seconds a transfer src -> dst of `bytes` occupies the links: bytes / min(gbps_of(src),
   // gbps_of(dst)), the 0s (unlimited) left out; 0 when both are unlimited.
-  double busy_s(int src, int dst, double bytes) const;
+  // With k > 0, a transfer between two emulated nodes runs at the inter-node G instead (the
+  // per-rank overrides still slow it).
+  double busy_s(int src, int dst, double bytes, int k = 0) const;
+  // Seconds of latency of a transfer src -> dst in a group of k ranks: latency_us, or the
+  // inter-node one between nodes.
+  double latency_s(int src, int dst, int k) const {
+    return (crosses(src, dst, k) ? inter().latency_us : latency_us) * 1e-6;
+  }
   // Seconds one transfer of `bytes` takes on an idle link: L + bytes / G (the base G: the cost
   // models know no overrides).
   double transfer_s(double bytes) const {
     return latency_us * 1e-6 + (gbps > 0 ? bytes * 8.0 / (gbps * 1e9) : 0.0);
   }
-  // "0.2 Gb/s, 50 us", "1 Gb/s, 50 us; rank 1 0.1 Gb/s" or "none"
+  // "0.2 Gb/s, 50 us", "1 Gb/s, 50 us; rank 1 0.1 Gb/s", "...; 2 nodes, 0.1 Gb/s, 50 us
+  // between" or "none"
   std::string label() const;
 };
 
 // Throws dpb::Error naming the option when G or L is negative or not finite, or an override's
 // rank is negative or its G is not a finite number >= 1e-6.
+// The node fields: node_gbps and node_latency_us as G and L (named --node-link-gbps,
+// --node-link-latency-us), nodes >= 1.
 void validate_link(const LinkSpec& link, const std::string& gbps_opt,
                    const std::string& latency_opt);
 

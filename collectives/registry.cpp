@@ -30,6 +30,9 @@ uint64_t naive_sent_bytes(const SentBytesQuery& q);   // naive.cpp
 uint64_t direct_sent_bytes(const SentBytesQuery& q);  // direct.cpp
 uint64_t rhd_sent_bytes(const SentBytesQuery& q);     // rhd.cpp
 uint64_t auto_sent_bytes(const SentBytesQuery& q);    // auto.cpp: its tuning table's pick
+uint64_t hier_sent_bytes(const SentBytesQuery& q);    // hier.cpp: its inner collectives'
+double hier_link_cost(const LinkCostQuery& q);        // hier.cpp
+double hier_half_link_cost(const LinkCostQuery& q);   // hier.cpp
 
 const std::vector<AllReduceEntry>& allreduce_algorithms() {
   static const std::vector<AllReduceEntry> table = {
@@ -46,6 +49,11 @@ const std::vector<AllReduceEntry>& allreduce_algorithms() {
        {}, rhd_refuse_ranks,
        [](CommGroup& g, const AllReduceOptions&) { return make_rhd_allreduce(g); }, 5,
        rhd_link_cost, rhd_sent_bytes},
+      {"hier", "two levels: reduce-scatter in the node, all-reduce of 1/g across nodes, "
+       "all-gather in the node (--nodes)", {}, nullptr,
+       [](CommGroup& g, const AllReduceOptions& o) {
+         return make_hier_collective(g, Collective::AllReduce, o);
+       }, 0, hier_link_cost, hier_sent_bytes, AllReduceEntry::kThreads},
       {"auto", "per message size, the algorithm of a tuning table measured here (--tune-file)",
        {}, nullptr, make_auto_allreduce, 0, auto_link_cost, auto_sent_bytes,
        AllReduceEntry::kBoth, nullptr,
@@ -88,6 +96,9 @@ const std::vector<AllReduceEntry>& reducescatter_algorithms() {
              rhd_reducescatter_refuse_ranks,
              [](CommGroup& g, const AllReduceOptions&) { return make_rhd_collective(g, c); }, 3,
              rhd_half_link_cost, rhd_sent_bytes}),
+      of(c, {"hier", "reduce-scatter in the node per node's region, then across nodes (--nodes)", {}, nullptr,
+             [](CommGroup& g, const AllReduceOptions& o) { return make_hier_collective(g, c, o); },
+             0, hier_half_link_cost, hier_sent_bytes, AllReduceEntry::kThreads}),
       of(c, {"nccl", "ncclReduceScatter (uneven shards: ncclReduce per shard, grouped)",
              {BackendKind::Cuda}, nccl_refuse_ranks,
              [](CommGroup& g, const AllReduceOptions&) { return make_nccl_collective(g, c); }, 0,
@@ -119,6 +130,9 @@ const std::vector<AllReduceEntry>& allgather_algorithms() {
              rhd_allgather_refuse_ranks,
              [](CommGroup& g, const AllReduceOptions&) { return make_rhd_collective(g, c); }, 2,
              rhd_half_link_cost, rhd_sent_bytes}),
+      of(c, {"hier", "all-gather across nodes, then in the node per node's region (--nodes)", {}, nullptr,
+             [](CommGroup& g, const AllReduceOptions& o) { return make_hier_collective(g, c, o); },
+             0, hier_half_link_cost, hier_sent_bytes, AllReduceEntry::kThreads}),
       of(c, {"nccl", "ncclAllGather (uneven shards: ncclBroadcast per shard, grouped)",
              {BackendKind::Cuda}, nccl_refuse_ranks,
              [](CommGroup& g, const AllReduceOptions&) { return make_nccl_collective(g, c); }, 0,
@@ -165,12 +179,17 @@ const AllReduceEntry& find_collective(Collective c, const std::string& name) {
 }
 
 uint64_t schedule_sent_bytes(Collective c, const std::string& algorithm, size_t n, int k, int rank,
-                             BackendKind kind, const std::string& tune_file) {
+                             BackendKind kind, const std::string& tune_file, int nodes) {
   const AllReduceEntry& e = find_collective(c, algorithm);
   DPB_CHECK(e.sent_bytes, collective_name(c) << " " << algorithm << " has no count of bytes sent");
   DPB_CHECK(k >= 1 && rank >= 0 && rank < k,
             collective_name(c) << " " << algorithm << ": rank " << rank << " is not one of k = " << k);
-  return e.sent_bytes({c, n, k, rank, kind, tune_file});
+  DPB_CHECK(nodes >= 1 && k % nodes == 0,
+            collective_name(c) << " " << algorithm << ": " << k << " ranks do not split into "
+                               << nodes << " nodes of equal size");
+  SentBytesQuery q{c, n, k, rank, kind, tune_file};
+  q.nodes = nodes;
+  return e.sent_bytes(q);
 }
 
 std::string allreduce_runs_on(const AllReduceEntry& e) {

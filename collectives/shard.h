@@ -57,5 +57,8 @@ std::unique_ptr<AllReduce> make_direct_collective(CommGroup& group, Collective c
 std::unique_ptr<AllReduce> make_rhd_collective(CommGroup& group, Collective c);
 std::unique_ptr<AllReduce> make_nccl_collective(CommGroup& group, Collective c);
 std::unique_ptr<AllReduce> make_mpi_collective(CommGroup& group, Collective c);
+// hier.cpp: over the group's node and cross-node groups (opts.hier_intra, opts.hier_cross).
+std::unique_ptr<AllReduce> make_hier_collective(CommGroup& group, Collective c,
+                                                const AllReduceOptions& opts);
 
 }  // namespace dpb

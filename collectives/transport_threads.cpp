@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -51,6 +52,13 @@ class ThreadTransport final : public Transport {
     barrier(rank);
   }
 
+  // Sub-group views (group_view.cpp): a view publishes here and keeps its own barrier.
+  void publish(int rank, float* buf) override { ptrs_[rank] = buf; }
+  void watch_abort(std::function<void(const std::string& why)> wake) override {
+    std::lock_guard<std::mutex> lk(why_mu_);
+    wakers_.push_back(std::move(wake));
+  }
+
   void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
             bool fence) override {
     Device& dev = *devs_[rank];
@@ -69,11 +77,11 @@ class ThreadTransport final : public Transport {
     }
     Device& dev = *devs_[rank];
     if (ordered_) dev.comm_record();
-    if (!host_barrier_.arrive_and_wait()) throw_aborted(rank);
+    if (!host_barrier_.arrive_and_wait(board_.local_slot(rank))) throw_aborted(rank);
     if (!ordered_) return;
     for (int p = 0; p < k_; ++p)
       if (p != rank) dev.comm_wait_peer(*devs_[p]);
-    if (!host_barrier_.arrive_and_wait()) throw_aborted(rank);
+    if (!host_barrier_.arrive_and_wait(board_.local_slot(rank))) throw_aborted(rank);
   }
 
   void broadcast_host(int rank, void* data, size_t bytes, int root) override {
@@ -99,16 +107,22 @@ class ThreadTransport final : public Transport {
     aborted_.store(true);
     host_barrier_.abort();
     for (Device* d : devs_) d->cancel_waits("rank " + std::to_string(rank) + ": " + why);
+    {  // ranks waiting at a sub-group view's barrier
+      std::lock_guard<std::mutex> lk(why_mu_);
+      for (auto& wake : wakers_) wake(why_);
+    }
     // Peers still inside a step read or write the published buffers, which the failed rank frees
     // as its exception unwinds: wait until they have left (each sees the abort at its barrier).
     for (const InStepFlag& f : in_step_)
       while (f.v.load() != 0) std::this_thread::yield();
   }
   bool aborted() const override { return aborted_.load(); }
+  // Every rank's wait slot: the watchdog sees the whole group (src/core/watchdog.h).
+  WatchBoard* watch_board() override { return &board_; }
 
  private:
   void host_sync(int rank) {  // host memory only: no device ordering needed
-    if (k_ > 1 && !host_barrier_.arrive_and_wait()) throw_aborted(rank);
+    if (k_ > 1 && !host_barrier_.arrive_and_wait(board_.local_slot(rank))) throw_aborted(rank);
     if (k_ == 1 && aborted_.load()) throw_aborted(rank);
   }
 
@@ -158,10 +172,12 @@ class ThreadTransport final : public Transport {
   std::vector<void*> host_ptrs_;  // published host memory (broadcast_host, allgather_host)
   bool ordered_ = false;
   HostBarrier host_barrier_;
+  WatchBoard board_{k_};  // after k_: sized by it
   std::atomic<bool> aborted_{false};
   std::vector<InStepFlag> in_step_;  // per rank: inside step() (see InStep)
   std::mutex why_mu_;
   std::string why_;
+  std::vector<std::function<void(const std::string&)>> wakers_;  // watch_abort (under why_mu_)
 };
 
 }  // namespace

@@ -6,7 +6,7 @@ backend) and of which peers repeat which runs (scripts/peerlib.py). scripts/test
   scripts/check_regression_test.py            # every results/baseline/cpu-* folder
 
 For each baseline: an identical copy passes; planted regressions fail (every accuracy -0.1; the
-2-device runs' epochs 3x slower; a run the manifest shows as failed); what a run does not hold is
+2-device runs' epochs 3x slower, unless marked stalled; a run the manifest shows as failed); what a run does not hold is
 skipped, not failed (a suite left out, a run never started, peer rows); a run that diverged (a NaN
 loss, or the diverged column 1) fails naming it; an older CSV without the impl column still reads; unusable input (a truncated, binary or column-less CSV, a manifest or
 benchmark JSON cut short) is exit 2 naming the file. Standard library only.
@@ -79,6 +79,25 @@ def test_baseline(base, tmp):
     edit_rows(d, lambda r: {**r, "epoch_s": float(r["epoch_s"]) * 3}
               if dpbench(r) and float(r["devices"]) == 2 else r)
     check("2-device epochs 3x slower fail", d, base, 1, ["REGRESSION: slower"])
+
+    # Issue 25 item 2: the same slow epochs marked stalled (stalled_s > 0: a rank waited past the
+    # watchdog's warn threshold) are no measurement: flagged, their times not compared.
+    d = copy(base, tmp, "stalled")
+    for path in suite_csvs(d):
+        with open(path, newline="") as f:
+            rd = csv.DictReader(f)
+            cols, rows = list(rd.fieldnames), list(rd)
+        cols += [] if "stalled_s" in cols else ["stalled_s"]
+        for r in rows:
+            two = dpbench(r) and float(r["devices"]) == 2
+            r["epoch_s"] = float(r["epoch_s"]) * 3 if two else r["epoch_s"]
+            r["stalled_s"] = 31 if two else (r.get("stalled_s") or 0)
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols, lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+    check("2-device epochs 3x slower but stalled are flagged, not compared", d, base, 0,
+          ["flagged: a stalled rank stretched it", "every epoch stalled"])
 
     csvs = suite_csvs(base)
     victim_csv = csvs[0]

@@ -86,7 +86,10 @@ def suite_table(rows, cols):
                if r["time_to_target_s"] is not None else f"never @{r['target_acc']:.2f}")
         table.append((
             r["scenario"] + ("" if r["in_sync"] else " (OUT OF SYNC)") +
-            (f" (diverged, epoch {r['diverged_epoch']})" if r.get("diverged_epoch") else ""),
+            (f" (diverged, epoch {r['diverged_epoch']})" if r.get("diverged_epoch") else "") +
+            (" (BUSY)" if r.get("busy") else "") +
+            (f" (STALLED, epoch {r['stalled_epoch']}: a rank waited {r['stalled_s']:.0f} s)"
+             if r.get("stalled_epoch") else ""),
             f"{r['devices']}{'*' if r['shared_gpu'] else ''}", str(r["global_batch"]),
             f"{r['lr']:g}" + (f" w{r['warmup_epochs']:g}" if r["warmup_epochs"] else ""),
             sync, f"{r['train_examples']}/{r['test_examples']}x{r['epochs']}",
@@ -164,6 +167,11 @@ def summary_text(out_dir, rows):
                      "their accuracies are not comparable with full runs.")
     if any(r["shared_gpu"] for r in rows):
         lines.append("SHARED GPU (*): ranks share one GPU; those times are not scaling figures.")
+    busy = [r for r in rows if r.get("busy")]
+    if busy:  # issue 25 item 5: timings taken beside other work are not this machine's figures
+        lines.append(f"BUSY: {len(busy)} run(s) measured on a busy machine (their CSV's busy "
+                     f"column; e.g. {busy[0]['scenario']}: {busy[0]['busy']}): their times are "
+                     "not this machine's; rerun them on a quiet one.")
     for note in manifest.get("peers_missing", []):
         lines.append("peer not run: " + note)
     micro = micro_summary(out_dir)
@@ -205,6 +213,8 @@ def summary_text(out_dir, rows):
         "k: devices; data: train/test examples x epochs; epoch s: median of the epochs after the "
         "first; diverged: the loss or parameters were not finite from that epoch on, where training "
         "stopped (--allow-divergence: a finding of the suite, not a failure); "
+        "STALLED: in that epoch a rank waited for a peer past the watchdog's warn threshold "
+        "(dpbench --timeout), so its time is no measurement and epoch s leaves it out; "
         "speedup: 1-device epoch time of the same model (same global batch where run) / "
         "this epoch time; eff: speedup / k; t->target: training seconds until the test accuracy "
         "first reached the target. Peers: peer/dpbench is the peer's epoch time over dpbench's "

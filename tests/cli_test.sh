@@ -34,6 +34,12 @@ expect_fail "--allreduce" train --allreduce no-such-algorithm
 expect_fail "--lr" train --lr abc
 expect_fail "--epochs" train --epochs 1.5x
 expect_fail "--bogus" train --bogus 3
+# A bad command line is exit 2 like other bad input (not CLI11's 109 / 114).
+for args in "train --bogus 3" "train --seed 0 --seed 1" "train --lr abc"; do
+  # shellcheck disable=SC2086
+  "$BIN" $args >/dev/null 2>&1; rc=$?
+  if [ $rc -ne 2 ]; then echo "FAIL: dpbench $args -> rc=$rc, expected 2"; fails=$((fails + 1)); fi
+done
 expect_fail "--grad-sync" train --grad-sync sometimes
 expect_fail "--allreduce nccl" train --backend cpu --allreduce nccl --train-limit 100 --test-limit 10
 expect_fail "power-of-two rank count, got k = 3" train --allreduce rhd --devices 3 --train-limit 100 --test-limit 10

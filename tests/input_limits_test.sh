@@ -8,7 +8,11 @@
 #   --csv and --dump-params on one file (directly or through a link): refused naming both, the
 #     CSV untouched;
 #   a tune file's up_to_bytes -5 / 1e30 / 100.7, ranks 2^31; a profile's forward_s 1e308,
-#     ready_s -5: refused naming the file and the field.
+#     ready_s -5: refused naming the file and the field;
+#   --devices 8 x --threads 4096 (train, project): refused naming both.
+# And the few that train briefly: --batch 16384 on 512 examples runs clamped to 512 (the CSV's
+# global_batch 512); under ulimit -v (what loading takes + 50 MB, + 300 MB) LeNet / ResNet-18 end with exit 3 naming the
+# limit, never a signal; mpirun -np 1 dpbench train --devices 2 runs its ranks as threads.
 set -u
 BUILD=$(cd "${1:?usage: input_limits_test.sh BUILD_DIR}" && pwd)
 BIN="$BUILD/dpbench"
@@ -98,6 +102,61 @@ PY
     "$BIN" project --model lenet --devices 2 --profile "$f"
 else
   fail "dpbench project --profile-out failed"
+fi
+
+# 4. --devices x --threads: bounded in one process, naming both (8 x 4096 threads crashed libgomp).
+expect2 "--devices 8 x --threads 4096 = 32768 CPU math threads" \
+  "$BIN" train --devices 8 --threads 4096 "${small[@]}"
+expect2 "--threads" "$BIN" project --devices 4 --threads 4096
+
+# 5. --batch past the data: clamped to it with a note, the CSV says what ran (training: ~2 s).
+out=$("$BIN" train --batch 16384 --train-limit 512 --test-limit 16 --epochs 1 --devices 2 \
+      --threads 1 --quiet --csv "$tmp/clamp.csv" 2>&1); rc=$?
+gb=$(python3 -c 'import csv,sys; print(next(csv.DictReader(open(sys.argv[1])))["global_batch"])' \
+     "$tmp/clamp.csv" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$gb" = 512 ] && grep -q "is more than the 512 training examples" <<<"$out"; then
+  echo "ok: --batch 16384 on 512 examples -> global_batch 512, noted"
+else
+  fail "--batch 16384 on 512 examples: rc=$rc global_batch=$gb"; echo "$out" | tail -3
+fi
+
+# 6. Out of memory under an address-space limit: exit 3 with a message, never a signal (the
+# host heap, oneDNN or the meta planner refusing; ~10 s). The limits are above what merely loading
+# the binary maps (BASE: a CUDA build maps cuBLAS, cuDNN and NCCL, ~1 GB; a CPU build ~100 MB),
+# found by bisection on `dpbench train --help`.
+loads() { (ulimit -v "$1"; "$BIN" train --help >/dev/null 2>&1); }
+lo=0 hi=8000000
+while [ $((hi - lo)) -gt 10000 ]; do
+  mid=$(((lo + hi) / 2))
+  if loads "$mid"; then hi=$mid; else lo=$mid; fi
+done
+BASE=$hi
+echo "ok: dpbench loads under ulimit -v $BASE KB"
+oom() {  # oom LIMIT_KB EXPECTED_RC args...
+  local lim=$1 want=$2; shift 2
+  out=$( (ulimit -v "$lim"; "$BIN" train --epochs 1 --quiet "$@") 2>&1); rc=$?
+  if [ $rc -ne "$want" ] || { [ $rc -eq 3 ] && ! grep -q "out of memory.*ulimit -v $lim" <<<"$out"; }; then
+    fail "ulimit -v $lim train $* -> rc=$rc, expected $want (3: a message naming the limit)"
+    echo "$out" | tail -3
+  else
+    echo "ok: ulimit -v $lim train $* -> rc=$rc"
+  fi
+}
+oom $((BASE + 50000)) 3 --model lenet --devices 2 --batch 64 "${small[@]}"
+oom $((BASE + 600000)) 0 --model lenet --devices 2 --batch 64 "${small[@]}"
+oom $((BASE + 300000)) 3 --model resnet18 --devices 2 --batch 32 "${small[@]}"
+
+# 7. One process under a launcher runs its ranks as threads (mpirun -np 1 as srun -n 1).
+if command -v mpirun >/dev/null; then
+  out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 1 \
+        "$BIN" train --devices 2 --epochs 1 "${small[@]}" 2>&1); rc=$?
+  if [ $rc -eq 0 ] && grep -q "threads of one process" <<<"$out"; then
+    echo "ok: mpirun -np 1 dpbench train --devices 2 -> threads"
+  elif grep -q "built without MPI" <<<"$out"; then
+    echo "skip: built without MPI"
+  else
+    fail "mpirun -np 1 --devices 2: rc=$rc"; echo "$out" | tail -3
+  fi
 fi
 
 [ $fails -eq 0 ] && echo "input_limits: all passed" || echo "input_limits: $fails FAILED"

@@ -186,6 +186,9 @@ TEST(AllReduce, LaunchersOfTheTable) {
       Ranks ranks(2);
       CommGroup group(2, ranks.raw);
       EXPECT_THROW(make_allreduce(e.name, group), Error) << e.name;
+    } else if (e.launchers == AllReduceEntry::kThreads) {  // hier: threads only (for now)
+      EXPECT_EQ(threads, "") << e.name;
+      EXPECT_NE(procs.find("threads"), std::string::npos) << e.name << ": " << procs;
     } else if (e.runs_on.empty() && e.name != "rhd") {
       EXPECT_EQ(threads, "") << e.name;
       EXPECT_EQ(procs, "") << e.name;

@@ -61,8 +61,8 @@ TEST(CommBytes, MeasuredEqualsScheduleEveryAlgorithmCpuThreads) {
       }
   }
   // naive, ring, direct, auto x 3 k + rhd at k = 2, 4, and the halves' naive, ring, direct x 3 k
-  // + rhd x 2 k, twice.
-  EXPECT_EQ(checked, 4 * 3 + 2 + 2 * (3 * 3 + 2));
+  // + rhd x 2 k, twice; hier (one node here) in each of the three tables x 3 k.
+  EXPECT_EQ(checked, 4 * 3 + 2 + 2 * (3 * 3 + 2) + 3 * 3);
 }
 
 // The pipelined ring (pieces of one float, and more pieces than a chunk has floats) sends the

@@ -163,7 +163,7 @@ TEST(MetaTrain, CsvLeavesUnmeasuredColumnsEmpty) {
         name == "train_loss" || name == "train_acc" || name == "test_acc" ||
         name == "epoch_s" || name == "images_per_s" || name == "data_s" || name == "compute_s" ||
         name == "comm_s" || name == "exposed_comm_s" || name == "replicas_in_sync" ||
-        name == "max_replica_diff" || name == "diverged";
+        name == "max_replica_diff" || name == "diverged" || name == "stalled_s";
     // The per-rank breakdown's figures are times (none planned), and nothing was injected.
     auto ends = [&](const std::string& suffix) {
       return name.size() > suffix.size() &&

@@ -232,7 +232,7 @@ TEST(ShardCollectives, TablesAndRefusals) {
       names.push_back(e.name);
       EXPECT_EQ(e.op, c) << e.name;
     }
-    EXPECT_EQ(names, (std::vector<std::string>{"naive", "ring", "direct", "rhd", "nccl", "mpi"}));
+    EXPECT_EQ(names, (std::vector<std::string>{"naive", "ring", "direct", "rhd", "hier", "nccl", "mpi"}));
     EXPECT_EQ(collective_bus_factor(c, 4), 0.75);
     try {
       find_collective(c, "carrier-pigeon");

@@ -71,7 +71,7 @@ TEST(Tables, LauncherEnumAndLinkPacing) {
   EXPECT_TRUE(find_allreduce("ring").link_paced);
   EXPECT_EQ(link_paced_algorithms(BackendKind::Cpu, Launcher::Mpi), "naive, ring, direct, rhd or auto");
   EXPECT_EQ(link_paced_algorithms(BackendKind::Cpu, Launcher::Threads),
-            "naive, ring, direct, rhd or auto");
+            "naive, ring, direct, rhd, hier or auto");
 }
 
 // validate() words these refusals from the entries' fields as it did from names.

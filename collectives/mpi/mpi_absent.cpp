@@ -5,6 +5,7 @@
 
 #include "collectives/mpi/mpi_transport.h"
 #include "src/core/check.h"
+#include "src/core/launcher.h"
 #include "src/core/optional_deps.h"
 
 namespace dpb {
@@ -24,9 +25,9 @@ std::unique_ptr<Transport> make_mpi_transport(Device&, int, int, const LinkSpec&
 void mpi_allreduce_sum(Transport&, int, float*, size_t) { throw Error(no_mpi()); }
 void mpi_reduce_scatter_sum(Transport&, int, float*, size_t) { throw Error(no_mpi()); }
 void mpi_allgather(Transport&, int, float*, size_t) { throw Error(no_mpi()); }
-void mpi_abort_job(int rank, const std::string& msg) {
-  std::fprintf(stderr, "dpbench: rank %d: error: %s\n", rank, msg.c_str());
-  std::exit(2);
+void mpi_abort_job(int rank, const std::string& msg, int code) {
+  std::fprintf(stderr, "dpbench: %s\n", rank_error_message(rank, msg).c_str());  // no "rank R: " twice
+  std::exit(code);
 }
 
 }  // namespace dpb

@@ -18,6 +18,7 @@
 #include "collectives/mpi/mpi_transport.h"
 #include "collectives/shm.h"
 #include "src/core/check.h"
+#include "src/core/launcher.h"
 
 namespace dpb {
 namespace {
@@ -84,12 +85,12 @@ MpiSession::MpiSession() {
 
 MpiSession::~MpiSession() { MPI_Finalize(); }
 
-void mpi_abort_job(int rank, const std::string& msg) {
-  std::fprintf(stderr, "dpbench: rank %d: error: %s\n", rank, msg.c_str());
+void mpi_abort_job(int rank, const std::string& msg, int code) {
+  std::fprintf(stderr, "dpbench: %s\n", rank_error_message(rank, msg).c_str());  // no "rank R: " twice
   std::fflush(stderr);
   std::fflush(stdout);
-  MPI_Abort(MPI_COMM_WORLD, 2);
-  std::_Exit(2);  // not reached: MPI_Abort does not return
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // not reached: MPI_Abort does not return
 }
 
 namespace {
@@ -111,6 +112,13 @@ class MpiTransport final : public Transport {
     host_ = dev.kind() == BackendKind::Cpu;  // CPU: device memory is host memory, ops synchronous
     spin_ns_ = default_barrier_spin_ns(size);
     setup_shm();
+    // The watchdog's view (src/core/watchdog.h): with shared memory every rank's slot, in its
+    // arena's header; over messages this rank's only (a wait then names the peer it waits on).
+    std::vector<WatchSlot*> peers;
+    if (arena_)
+      for (int p = 0; p < size_; ++p) peers.push_back(&header(p)->watch);
+    board_ = std::make_unique<WatchBoard>(size_, rank_, arena_ ? &header(rank_)->watch : nullptr,
+                                          peers);
   }
   ~MpiTransport() override { MPI_Comm_free(&comm_); }
 
@@ -211,6 +219,7 @@ class MpiTransport final : public Transport {
     // Receives in batches that fit rstage_ (one batch unless a step receives more than the
     // largest buffer, e.g. naive's rank 0 from every peer); every send is posted already.
     for (;;) {
+      WaitScope watched(slot(), WaitKind::Receive, next > first ? recvs[first].from : -1);
       MPI_CHECK(MPI_Waitall(int(rreqs_.size()), rreqs_.data(), MPI_STATUSES_IGNORE),
                 "rank " << rank_ << ", receives " << first << ".." << next << " of a step of "
                         << sends.size() << " sends and " << recvs.size() << " receives");
@@ -223,6 +232,7 @@ class MpiTransport final : public Transport {
       first = next;
       staged_n = post_receives(recvs, next);
     }
+    WaitScope watched(slot(), WaitKind::Send, sends.empty() ? -1 : sends[0].to);
     MPI_CHECK(MPI_Waitall(int(sreqs_.size()), sreqs_.data(), MPI_STATUSES_IGNORE),
               "rank " << rank_ << ", sends of a step of " << sends.size() << " sends and "
                       << recvs.size() << " receives");
@@ -239,23 +249,27 @@ class MpiTransport final : public Transport {
       dev_.comm_synchronize();
       upload_pending_ = false;
     }
+    WaitScope watched(slot(), WaitKind::Library);
     MPI_CHECK(MPI_Barrier(comm_), "rank " << rank_ << ", barrier");
   }
 
   void broadcast_host(int rank, void* data, size_t bytes, int root) override {
     check(rank);
+    WaitScope watched(slot(), WaitKind::Library);
     MPI_CHECK(MPI_Bcast(data, count(bytes), MPI_BYTE, root, comm_),
               "rank " << rank_ << ", broadcast of " << bytes << " bytes from rank " << root);
   }
 
   void allgather_host(int rank, const void* mine, void* all, size_t bytes) override {
     check(rank);
+    WaitScope watched(slot(), WaitKind::Library);
     MPI_CHECK(MPI_Allgather(mine, count(bytes), MPI_BYTE, all, count(bytes), MPI_BYTE, comm_),
               "rank " << rank_ << ", all-gather of " << bytes << " bytes");
   }
 
   void allreduce_sum(int rank, float* buf, size_t n) {
     check(rank);
+    WaitScope watched(slot(), WaitKind::Library);
     if (host_) {
       MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count(n), MPI_FLOAT, MPI_SUM, comm_),
                 "rank " << rank_ << ", " << n << " floats");
@@ -296,6 +310,7 @@ class MpiTransport final : public Transport {
     }
     const std::string what = std::string(reduce ? "reduce-scatter" : "all-gather") + " of " +
                              std::to_string(n) + " floats";
+    WaitScope watched(slot(), WaitKind::Library);
     if (reduce) {
       if (even)
         MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, host, counts[0], MPI_FLOAT, MPI_SUM, comm_),
@@ -328,6 +343,7 @@ class MpiTransport final : public Transport {
     mpi_abort_job(rank, why);
   }
   bool aborted() const override { return aborted_; }
+  WatchBoard* watch_board() override { return board_.get(); }
 
  private:
   static constexpr int kTag = 15;
@@ -336,11 +352,13 @@ class MpiTransport final : public Transport {
   struct Header {
     ShmBarrier barrier;
     std::atomic<int64_t> published[2];
+    WatchSlot watch;  // this rank's wait slot, read by every process's watchdog
   };
   static_assert(sizeof(Header) <= ShmArena::kHeader);
   Header* header(int r) const { return reinterpret_cast<Header*>(bases_[r]); }
 
-  void shm_barrier() { header(0)->barrier.arrive_and_wait(size_, spin_ns_, pids_, rank_); }
+  void shm_barrier() { header(0)->barrier.arrive_and_wait(size_, spin_ns_, pids_, rank_, slot()); }
+  WatchSlot* slot() const { return board_ ? board_->local_slot(rank_) : nullptr; }
 
   // Collective: the direct path when every rank is a CPU process of this node; each makes a
   // sparse arena and maps every peer's through /proc/<pid>/fd. Any rank that fails sends the
@@ -529,6 +547,8 @@ class MpiTransport final : public Transport {
   uint64_t begins_ = 0;
   bool direct_ = false;    // this call moves data in place
   bool required_ = false;  // DPB_SHM=1: every call must
+  // Last: gone before the arena and the mappings its slots live in.
+  std::unique_ptr<WatchBoard> board_;
 };
 
 }  // namespace

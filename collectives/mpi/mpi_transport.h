@@ -76,8 +76,9 @@ void mpi_allreduce_sum(Transport& t, int rank, float* buf, size_t n);
 void mpi_reduce_scatter_sum(Transport& t, int rank, float* buf, size_t n);
 void mpi_allgather(Transport& t, int rank, float* buf, size_t n);
 
-// Prints "dpbench: rank R: error: msg" on stderr and ends the job (MPI_Abort). For errors outside
-// any group (configuration, data) on one process.
-[[noreturn]] void mpi_abort_job(int rank, const std::string& msg);
+// Prints "dpbench: rank R: error: msg" on stderr and ends the job (MPI_Abort with `code`, which
+// mpirun returns: 2 bad input, 5 a stalled rank, src/core/watchdog.h). For errors outside any
+// group (configuration, data) on one process.
+[[noreturn]] void mpi_abort_job(int rank, const std::string& msg, int code = 2);
 
 }  // namespace dpb

@@ -34,6 +34,7 @@
 #include "src/train/loss.h"
 #include "src/train/optimizer.h"
 #include "src/core/trace_json.h"
+#include "src/core/watchdog.h"
 #include "src/train/breakdown.h"
 #include "src/train/divergence.h"
 #include "src/train/train_csv.h"
@@ -118,6 +119,8 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
   DPB_CHECK(dump.empty() || find_backend(cfg.backend).runs_math,
             "--dump-params: --backend " << cfg.backend << " computes no parameters");
   Dataset data = load_run_data(cfg, data_dir, train_limit, test_limit);
+  const std::string clamped = clamp_batch_to_data(cfg, data);  // the batch that runs
+  if (!clamped.empty() && root) std::fprintf(stderr, "dpbench: %s\n", clamped.c_str());
   validate(cfg, data);
   const bool quick = train_limit > 0 || test_limit > 0;
   if (!quiet)
@@ -141,10 +144,12 @@ int run_train(const TrainConfig& cfg_in, const std::string& data_dir, int train_
                   s.epoch, format_mem_bytes(s.peak_mem.total()).c_str(), s.peak_mem_rank);
     if (!quiet && math)
       std::printf("epoch %2d  loss %.4f  train acc %.4f  test acc %.4f  %.2f s  %.0f img/s  "
-                  "comm %.3f s  exposed %.3f s  in sync %s%s\n",
+                  "comm %.3f s  exposed %.3f s  in sync %s%s%s\n",
                   s.epoch, s.train_loss, s.train_acc, s.test_acc, s.epoch_s, s.images_per_s,
                   s.comm_s, s.exposed_comm_s, s.replicas_in_sync ? "yes" : "NO",
-                  s.diverged ? "  DIVERGED" : "");
+                  s.diverged ? "  DIVERGED" : "",
+                  s.stalled_s > 0 ? ("  STALLED (a rank waited " + std::to_string(int(s.stalled_s + 0.5)) +
+                                     " s for a peer: not a measurement)").c_str() : "");
     std::fflush(stdout);
     // A row per finished epoch (the file replaced atomically), so an interrupted run keeps them.
     if (csv_out)
@@ -234,6 +239,7 @@ int run_info() {
     ms.push_back({{"name", m.name}, {"help", m.help}, {"bench_batch", m.bench_batch}});
   for (const SyncModeEntry& m : sync_modes()) ss.push_back({{"name", m.name}, {"help", m.help}});
   j["backends"] = bs;
+  j["max_ranks"] = kMaxRanks;  // --devices's limit (run_suite.py checks its --devices)
   j["models"] = ms;
   j["grad_sync_modes"] = ss;
   nlohmann::ordered_json os = nlohmann::ordered_json::array(), ls = os;
@@ -274,7 +280,7 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                                "tune-file", "grad-sync", "overlap", "bucket-mb", "shard", "seed", "threads",
                                "link-gbps", "link-latency-us", "tf32", "device-mem", "train-limit",
                                "test-limit", "data-dir", "inject", "breakdown",
-                               "allow-divergence"});
+                               "allow-divergence", "timeout"});
   tr->add_option("--steps-csv", a.out.steps_csv,
                  "write one row per rank and step: each phase's seconds (data, forward, backward, "
                  "optimizer, exposed comm, comm busy, waiting for peers, own comm)");
@@ -294,28 +300,44 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
 int train_main(TrainArgs& t) {
   LaunchEnv env;
   std::optional<MpiSession> mpi;
+  std::optional<Watchdog> dog;  // after mpi: stopped before MPI_Finalize
   try {
     env = detect_launch_env();
     t.run->apply();  // every value checked by the shared table, before any work
     settle_data_features(t.cfg, t.run->given("mlp-input"));  // Fashion-MNIST: the MLP takes 784
     if (env.processes) {
       mpi.emplace();
-      t.cfg.procs = {mpi->size(), mpi->rank(), mpi->local_rank(), mpi->local_size()};
-      if (!t.run->given("devices")) t.cfg.devices = mpi->size();
+      if (mpi->size() > 1) {  // one process (a PMIx launch without a size): ranks as threads
+        t.cfg.procs = {mpi->size(), mpi->rank(), mpi->local_rank(), mpi->local_size()};
+        if (!t.run->given("devices")) t.cfg.devices = mpi->size();
+      }
     }
+    // A stalled rank ends every rank with exit 5 (src/core/watchdog.h); processes: the job.
+    WatchdogOptions wo;
+    wo.timeout_s = t.cfg.timeout_s;
+    if (mpi && mpi->size() > 1)
+      wo.on_timeout = [rank = mpi->rank()](const std::string& msg) {
+        mpi_abort_job(rank, "watchdog: " + msg, kExitStalled);
+      };
+    dog.emplace(std::move(wo));
     return run_train(t.cfg, t.run->text("data-dir"), t.run->int_value("train-limit", 0),
                      t.run->int_value("test-limit", 0), t.out, t.quiet);
   } catch (const Diverged& e) {  // every rank stopped after the same epoch: no abort, rank 0 says
     if (!env.processes || env.rank == 0) std::fprintf(stderr, "dpbench: %s\n", e.what());
     return 4;
   } catch (const OutOfMemory& e) {  // emulated (--device-mem) or real: exit 3, one message
-    if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), e.what());  // ends every process
+    if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), e.what(), 3);  // ends every process
     std::fprintf(stderr, "dpbench: %s\n", e.what());
+    return 3;
+  } catch (const std::bad_alloc&) {  // the host heap refused (ulimit -v) outside the ledger
+    const std::string msg = "out of memory: the host heap refused an allocation" + address_limit_note();
+    if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), msg, 3);
+    std::fprintf(stderr, "dpbench: %s\n", msg.c_str());
     return 3;
   } catch (const std::exception& e) {
     if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), e.what());  // ends every process
     if (env.processes)
-      std::fprintf(stderr, "dpbench: rank %d: error: %s\n", env.rank, e.what());
+      std::fprintf(stderr, "dpbench: %s\n", rank_error_message(env.rank, e.what()).c_str());
     else
       std::fprintf(stderr, "dpbench: error: %s\n", e.what());
     return 2;
@@ -326,6 +348,7 @@ int train_main(TrainArgs& t) {
 
 int main(int argc, char** argv) {
   dpb::prefer_yielding_openmp(argv);  // GOMP_SPINCOUNT before libgomp reads it: re-executes once
+  dpb::exit_3_on_crash_under_address_limit("dpbench");  // ulimit -v: exit 3, never a signal
   CLI::App app{"dpbench: data-parallel training benchmarks (LeNet and ResNet-18 on Fashion-MNIST)"};
   app.require_subcommand(1);
   TrainArgs train_args;
@@ -346,7 +369,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every bad command line (unknown or repeated flag, bad value)
+    // is exit 2 like other bad input, not CLI11's own codes (105-114).
+    return app.exit(e) == 0 ? 0 : 2;
   }
   try {
     if (info->parsed() && csv_columns) {

@@ -101,6 +101,7 @@ int run_project(ProjectArgs& a) {
     // At most 2 x cores of them (the projection stretches compute for the rest).
     const int ranks = backend.kind == BackendKind::Cpu && cfg.cores > 0
                           ? std::min(cfg.devices, 2 * cfg.cores) : 1;
+    check_thread_budget(ranks, threads);  // the ranks measured side by side, in this process
     std::fprintf(stderr, "dpbench project: measuring %s (optimizer %s, loss %s) on %d %s "
                          "device(s) side by side, %d image(s), %d thread(s) each, %d step(s)\n",
                  model.c_str(), run.optimizer.c_str(), run.loss.c_str(), ranks,

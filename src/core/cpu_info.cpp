@@ -93,14 +93,41 @@ bool all_digits(const char* s) {
   return true;
 }
 
-// Runnable tasks (threads) of every process but this one: what competes with this run.
+// The parent pid in a /proc/PID/stat line (the field after the state), -1 if unreadable.
+long parse_stat_ppid(const std::string& stat_line) {
+  const size_t p = stat_line.rfind(')');
+  if (p == std::string::npos || p + 4 >= stat_line.size()) return -1;
+  return std::strtol(stat_line.c_str() + p + 4, nullptr, 10);
+}
+
+std::string exe_of(const std::string& pid) {
+  char buf[4096];
+  const ssize_t n = readlink(("/proc/" + pid + "/exe").c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, size_t(n)) : std::string();
+}
+
+// The same job's other ranks: processes of this binary with this process's parent (mpirun's or
+// srun's daemon starts every rank of a node), so processes under mpirun are not called busy.
+bool sibling_rank(const std::string& pid, const std::string& stat_line, const std::string& my_exe) {
+  const long ppid = parse_stat_ppid(stat_line);
+  return ppid > 1 && ppid == long(getppid()) && !my_exe.empty() && exe_of(pid) == my_exe;
+}
+
+// Runnable tasks (threads) of every process but this one and its sibling ranks: what competes
+// with this run.
 int others_runnable() {
   DIR* proc = opendir("/proc");
   if (!proc) return -1;
   const std::string self = std::to_string(getpid());
+  const std::string my_exe = exe_of(self);
   int n = 0;
   while (dirent* p = readdir(proc)) {
     if (!all_digits(p->d_name) || self == p->d_name) continue;
+    {
+      std::ifstream f(std::string("/proc/") + p->d_name + "/stat");
+      std::string line;
+      if (std::getline(f, line) && sibling_rank(p->d_name, line, my_exe)) continue;
+    }
     const std::string tdir = std::string("/proc/") + p->d_name + "/task";
     DIR* tasks = opendir(tdir.c_str());
     if (!tasks) continue;  // the process ended meanwhile

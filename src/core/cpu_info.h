@@ -25,7 +25,8 @@ struct CpuSample {
   double load1 = -1;               // /proc/loadavg, 1-minute average
   int64_t steal = -1, total = -1;  // /proc/stat "cpu" line: steal and all jiffies
   double pressure_us = -1;         // /proc/pressure/cpu "some" total, microseconds
-  int others_runnable = -1;        // tasks of other processes in state R (/proc/*/task/*/stat)
+  int others_runnable = -1;        // tasks of other processes in state R (/proc/*/task/*/stat),
+                                   // this job's sibling ranks (same binary and parent) left out
 };
 CpuSample sample_cpu();
 

@@ -29,10 +29,13 @@
 #pragma once
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 
+#include "src/core/check.h"
 #include "src/core/device.h"
+#include "src/core/watchdog.h"
 
 namespace dpb {
 
@@ -97,6 +100,9 @@ class Transport {
   // message is printed as "rank R: why" and the job is ended with MPI_Abort.
   virtual void abort(int rank, const std::string& why) = 0;
   virtual bool aborted() const = 0;
+  // The ranks' wait slots that this process sees (src/core/watchdog.h): the watchdog's view of
+  // the group. nullptr: none (the waits are not watched).
+  virtual WatchBoard* watch_board() { return nullptr; }
   // Barrier polling (threads transport; see HostBarrier). Others: 0 and ignored.
   virtual long barrier_spin_ns() const { return 0; }
   virtual void set_barrier_spin_ns(long ns) { (void)ns; }
@@ -105,6 +111,19 @@ class Transport {
   // issue(r, t): rank r's host issued the comm work that follows at t (the moment backward made
   // the unit ready; link.h, "Two clocks"), so the link starts its transfers no earlier. Others:
   // false and ignored.
+  // Sub-groups (a rank-mapping view over this transport: make_group_view, collectives/
+  // allreduce.h): publish makes buf rank's published buffer without waiting for the others (the
+  // view's begin then waits at the view's own barrier); a view's steps are this transport's
+  // unfenced steps. watch_abort(wake): abort() calls wake(why) so that ranks blocked at a view's
+  // barrier wake up too. Transports without views throw from publish (the default).
+  virtual void publish(int rank, float* buf) {
+    (void)rank;
+    (void)buf;
+    throw Error(std::string("sub-groups (node and cross-node groups) need the threads transport; "
+                            "this group's ranks are ") + launcher_name(launcher()) + " ranks");
+  }
+  virtual void watch_abort(std::function<void(const std::string& why)> wake) { (void)wake; }
+
   virtual bool paced() const { return false; }
   virtual void issue(int rank, std::chrono::steady_clock::time_point t) { (void)rank; (void)t; }
   // Seconds rank's send (receive) link has been occupied by its transfers on the emulated link

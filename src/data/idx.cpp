@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "src/core/check.h"
+#include "src/core/memory.h"
 
 namespace dpb {
 namespace {
@@ -62,9 +63,11 @@ std::vector<uint8_t> read_payload(ByteStream& in, uint64_t expected, int header_
       got += n;
       if (n < want) break;
     }
-  } catch (const std::bad_alloc&) {
-    DPB_CHECK(false, path << ": out of memory after " << got << " of the " << expected
-                          << " payload bytes the header describes (" << what << ")");
+  } catch (const std::bad_alloc&) {  // a memory limit, not bad data: exit 3 (OutOfMemory)
+    std::ostringstream msg;
+    msg << "out of memory: " << path << ": after " << got << " of the " << expected
+        << " payload bytes the header describes (" << what << ")" << address_limit_note();
+    throw OutOfMemory(msg.str(), size_t(expected), 0);
   }
   DPB_CHECK(got == expected, path << ": truncated payload: the header says " << what
                                   << ", expected " << expected << " bytes after the "

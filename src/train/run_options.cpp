@@ -101,6 +101,20 @@ std::string link_value(const std::string& text, bool gbps) {
   return "";
 }
 
+// The inter-node link's (--node-link-gbps, --node-link-latency-us): validate_link's limits too.
+std::string node_link_value(const std::string& text, bool gbps) {
+  double x = 0;
+  if (!parse_double_text(text, x)) return "expected a number, got '" + text + "'";
+  LinkSpec l;
+  (gbps ? l.node_gbps : l.node_latency_us) = x;
+  try {
+    validate_link(l, "--link-gbps", "--link-latency-us");
+  } catch (const std::exception& e) {
+    return reason_of(e);
+  }
+  return "";
+}
+
 std::string any_text(const std::string&) { return ""; }
 
 std::string entry_list(const std::vector<std::string>& names) {
@@ -236,6 +250,25 @@ std::vector<RunOption> make_table() {
        [](const std::string& t) { return link_value(t, false); },
        [](C& c, const std::string& t) { c.link.latency_us = to_double(t); },
        [](const C& c) { return fmt(c.link.latency_us); }},
+      // Emulated nodes (issue 26, collectives/link.h): DPB_NODES when not given.
+      {"nodes", "nodes", false, "N",
+       "emulated nodes: the ranks (threads) split into N nodes of equal size, numbered node by "
+       "node; --allreduce hier runs on them, the emulated link charges --node-link-* between them "
+       "(default: DPB_NODES, else 1)",
+       [](const std::string& t) { return int_in(t, 1, 4096); },
+       [](C& c, const std::string& t) { c.link.nodes = to_int(t); },
+       [](const C& c) { return std::to_string(c.link.nodes); }},
+      {"node-link-gbps", "node_link_gbps", false, "G",
+       "emulated link between nodes (--nodes): Gb/s per direction (0: the --link-gbps of a node)",
+       [](const std::string& t) { return node_link_value(t, true); },
+       [](C& c, const std::string& t) { c.link.node_gbps = to_double(t); },
+       [](const C& c) { return fmt(c.link.node_gbps); }},
+      {"node-link-latency-us", "node_link_latency_us", false, "L",
+       "emulated link between nodes: latency of each transfer, us (0 with --node-link-gbps 0: "
+       "the --link-latency-us of a node)",
+       [](const std::string& t) { return node_link_value(t, false); },
+       [](C& c, const std::string& t) { c.link.node_latency_us = to_double(t); },
+       [](const C& c) { return fmt(c.link.node_latency_us); }},
       // A flag: the front ends pass "true"; get() gives "true" or "false" (the ranks compare it).
       {"tf32", "", false, "", "allow TF32 tensor-core math (CUDA backend)", any_text,
        [](C& c, const std::string& t) { c.tf32 = t != "false"; },
@@ -279,6 +312,19 @@ std::vector<RunOption> make_table() {
        "diverged, with exit 0 (without: exit 4 naming the epoch, step and rank)",
        any_text, [](C& c, const std::string& t) { c.allow_divergence = t != "false"; },
        [](const C& c) { return std::string(c.allow_divergence ? "true" : "false"); }},
+      // The watchdog (src/core/watchdog.h): a stalled rank ends the run instead of hanging it.
+      {"timeout", "timeout", false, "S",
+       "watchdog: a rank that waits this long (seconds) for a peer in a collective ends the run "
+       "with exit 5 naming the rank that never arrived (0: off; default 300); a wait past "
+       "min(S/4, 30 s) is warned about and its epoch flagged (CSV stalled_s)",
+       [](const std::string& t) {
+         double x = 0;
+         return parse_double_text(t, x) && std::isfinite(x) && (x == 0 || (x >= 1 && x <= 1e6))
+                    ? std::string()
+                    : "expected 0 (off) or seconds in [1, 1e6], got '" + t + "'";
+       },
+       [](C& c, const std::string& t) { c.timeout_s = to_double(t); },
+       [](const C& c) { return fmt(c.timeout_s); }},
       // Faults on purpose, to prove the straggler report (src/train/inject.h); train only.
       {"inject", "", false, "SPEC",
        "a fault on purpose: delay:rank=R,phase=P,ms=D[,every=N] (rank R sleeps D ms at the start "
@@ -305,6 +351,14 @@ std::vector<RunOption> make_table() {
 }
 
 }  // namespace
+
+void check_thread_budget(int ranks, int threads) {
+  const long long total = (long long)ranks * threads;
+  DPB_CHECK(threads <= 0 || total <= kMaxThreads,
+            "--devices " << ranks << " x --threads " << threads << " = " << total
+                         << " CPU math threads in one process, more than " << kMaxThreads
+                         << ": lower --threads (0: cores / devices) or --devices");
+}
 
 const std::vector<RunOption>& run_options() {
   static const std::vector<RunOption> table = make_table();
@@ -352,8 +406,18 @@ const std::vector<RunEnvVar>& run_env_vars() {
       {"DPB_SHM", "0|1",
        "under mpirun, CPU processes of one node: 0 = MPI messages, 1 = shared memory required "
        "(default: shared memory when it can serve)"},
+      {"DPB_NODES", "N",
+       "emulated nodes when --nodes (--dpb_nodes) is not given: the ranks split into N nodes "
+       "(collectives/link.h; default 1)"},
       {"DPB_SHM_ARENA_MB", "N", "the shared arena's address space per process (default 65536)"},
       {"OMP_WAIT_POLICY", "", "OpenMP's, for the CPU backend's math threads"},
+      {"GOMP_SPINCOUNT", "N",
+       "libgomp's poll before an idle math thread sleeps (default here 10000 unless "
+       "OMP_WAIT_POLICY is set: src/core/cpu_info.h)", false},
+      {"DPB_PIN", "0|1",
+       "rank threads bound to their own CPUs: 1 when the ranks fit them, 0 never (default: when "
+       "they fit and no other process is runnable)",
+       false},
   };
   return table;
 }

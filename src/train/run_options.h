@@ -24,8 +24,15 @@ inline constexpr int kMaxRanks = 64;
 // for --batch and dpbench-micro's per-model --dpb_<model>_batch.
 inline constexpr int kTrainSetSize = 60000;
 inline constexpr int kMaxBatch = kTrainSetSize;
-// CPU math threads per rank: 0 picks cores / ranks (at least 1) everywhere.
+// CPU math threads per rank: 0 picks cores / ranks (at least 1) everywhere. The ranks of one
+// process together have at most as many (check_thread_budget): 8 x 4096 OpenMP threads met the
+// kernel's map count (vm.max_map_count 65530: a stack and its guard per thread), and libgomp
+// crashed (SIGSEGV) when it could not make them.
 inline constexpr int kMaxThreads = 4096;
+
+// Throws dpb::Error naming --devices and --threads when `ranks` ranks of one process with
+// `threads` math threads each (0: cores / ranks) would pass kMaxThreads threads together.
+void check_thread_budget(int ranks, int threads);
 
 struct RunOption {
   std::string name;   // dpbench's flag without "--": "devices"

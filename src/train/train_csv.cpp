@@ -42,6 +42,9 @@ std::string integer(long long v) { return std::to_string(v); }
 std::string measured(Run r, const std::string& v) {
   return find_backend(r.cfg.backend).runs_math ? v : "";
 }
+// A load figure (cpu_info.h): empty where it could not be read (negative). The machine's facts
+// are written on every backend (meta too: a plan made on a busy machine took longer, nothing more).
+std::string known(Run, double v) { return v < 0 ? "" : num(v); }
 
 // A ModelOptions value, for the models sized by them (the MLP); empty for the others.
 std::string mlp_option(Run r, int v) {
@@ -226,6 +229,37 @@ const std::vector<CsvColumn>& train_csv_columns() {
        "1: the epoch's loss or parameters were not finite and training stopped after it "
        "(--allow-divergence; src/train/divergence.h); 0: finite",
        [](Run r, Ep e) { return measured(r, integer(e.diverged ? 1 : 0)); }},
+      {"stalled_s", kNum,
+       "the longest wait of a rank for its peers in the epoch, seconds, when it passed the "
+       "watchdog's warn threshold, min(--timeout/4, 30 s): a stalled rank stretched the epoch, "
+       "whose time is then no measurement (src/core/watchdog.h); 0: none did",
+       [](Run r, Ep e) { return measured(r, num(e.stalled_s)); }},
+      // The machine around the epoch (src/core/cpu_info.h; empty where unknown): was it busy?
+      {"load_avg_start", kNum, "1-minute load average (/proc/loadavg) when the epoch started",
+       [](Run r, Ep e) { return known(r, e.load.load_avg_start); }},
+      {"load_avg_end", kNum, "1-minute load average when it ended",
+       [](Run r, Ep e) { return known(r, e.load.load_avg_end); }},
+      {"steal_pct", kNum, "CPU time stolen by the hypervisor over the epoch (/proc/stat), %",
+       [](Run r, Ep e) { return known(r, e.load.steal_pct); }},
+      {"cpu_pressure_pct", kNum,
+       "time some runnable task waited for a CPU over the epoch (/proc/pressure/cpu), % of wall",
+       [](Run r, Ep e) { return known(r, e.load.pressure_pct); }},
+      {"others_runnable", kNum,
+       "runnable tasks of other processes (not this job's other ranks: the same binary started "
+       "by the same parent), the more of the samples at the epoch's start and end",
+       [](Run r, Ep e) { return known(r, double(e.load.others_runnable)); }},
+      {"busy", kText,
+       "why the machine was busy (load above the CPUs at the start, steal > 2%, other "
+       "processes runnable); empty: it was not",
+       [](Run, Ep e) { return e.load.why_busy(); }},
+      {"rank_cpus", kText,
+       "the CPU each of this process's rank threads was on at the epoch's end, by rank, "
+       "blank-separated (-1: unknown)",
+       [](Run, Ep e) {
+         std::string t;
+         for (int c : e.rank_cpus) t += (t.empty() ? "" : " ") + std::to_string(c);
+         return t;
+       }},
   };
   static const bool phases_match = [] {  // DPB_SPREAD's indices against the phase table
     const auto& p = breakdown_phases();

@@ -22,6 +22,7 @@
 #include "src/train/agree.h"
 #include "src/train/loss.h"
 #include "src/train/optimizer.h"
+#include "src/train/run_options.h"
 #include "src/train/step.h"
 
 namespace dpb {
@@ -52,7 +53,8 @@ class Run {
   static RankSet make_ranks(const TrainConfig& cfg, const DeviceFactory& make_dev);
   void rank_main(int i);                         // i: local rank (index into reps_)
   // Returns the epoch's time; spans: the rank's timeline of it.
-  double train_epoch(int i, int e, double& lr, std::vector<Span>& spans);
+  // longest: the rank's longest wait for peers in it, seconds (src/core/watchdog.h).
+  double train_epoch(int i, int e, double& lr, std::vector<Span>& spans, double& longest);
   void report_epoch(EpochStats st, int e, double lr);  // rank 0
 
   const TrainConfig& cfg_;
@@ -160,11 +162,19 @@ void Run::rank_main(int i) {
     NvtxRange nv_epoch("epoch " + std::to_string(e + 1));
     double lr = cfg_.lr;
     std::vector<Span> spans;
-    const double epoch_s = train_epoch(i, e, lr, spans);
+    double longest = 0;
+    const CpuSample load0 = i == 0 ? sample_cpu() : CpuSample{};  // the machine around the epoch
+    const double epoch_s = train_epoch(i, e, lr, spans, longest);
+    const CpuLoad load = i == 0 ? cpu_load_between(load0, sample_cpu()) : CpuLoad{};
     // ---- end of epoch: replica check, statistics, evaluation (not timed) ----
     if (runs_math_) end_epoch(rep);  // meta: no parameters or sums to copy (nor to compare)
     EpochStats st = epoch_stats(rep, *ranks_.group, steps_, data_.train.n, epoch_s);
     watch_[i].check(rep, *ranks_.group, st);  // the same verdict on every rank
+    // A wait past the watchdog's warn threshold on any rank: a stall stretched the epoch.
+    std::vector<double> waits(size_t(k_), 0);
+    ranks_.group->allgather_host(r, &longest, waits.data(), sizeof longest);
+    const double worst = *std::max_element(waits.begin(), waits.end());
+    st.stalled_s = worst >= stall_warn_s(cfg_.timeout_s) ? worst : 0;
     if (rep.timeline) {
       bool waits_known = true;
       std::vector<StepRow> rows = gather_steps(
@@ -179,6 +189,7 @@ void Run::rank_main(int i) {
       }
       rep.timeline->set_step(e + 1, -1);  // evaluation's spans: outside the steps
     }
+    st.load = load, st.rank_cpus = pool_.cpus();
     if (r == 0)
       report_epoch(st, e, lr);
     else
@@ -193,14 +204,20 @@ void Run::rank_main(int i) {
   if (r == 0) result_.final_params = rep.host_w;
 }
 
-double Run::train_epoch(int i, int e, double& lr, std::vector<Span>& spans) {
+double Run::train_epoch(int i, int e, double& lr, std::vector<Span>& spans, double& longest) {
   Replica& rep = reps_[i];
   const int r = rep.dev->rank();
   const int ntrain = data_.train.n;
   if (i == 0) perm_ = epoch_permutation(ntrain, cfg_.seed, e);  // every process draws the same
   begin_epoch(rep);
   pool_.align(i);
-  ranks_.group->barrier(r);  // processes: start the clock together
+  WatchSlot* slot = ranks_.group->watch_slot(r);  // what the watchdog sees of this rank
+  {
+    WatchLabel where(slot, "the start of epoch " + std::to_string(e + 1) +
+                               (e > 0 ? " (after rank 0's evaluation)" : ""));
+    ranks_.group->barrier(r);  // processes: start the clock together
+  }
+  if (slot) slot->take_longest_s();  // the epoch's waits from here
   const auto t0 = Clock::now();
   auto last_report = t0;
   const bool paced = ranks_.group->paced();
@@ -213,6 +230,7 @@ double Run::train_epoch(int i, int e, double& lr, std::vector<Span>& spans) {
   for (int s = 0; s < steps_; ++s) {
     rep.step = s;
     if (rep.timeline) rep.timeline->set_step(e + 1, s);
+    if (slot) slot->set_step(e + 1, s);
     const int gb = std::min(cfg_.batch, ntrain - s * cfg_.batch);
     const int lo = int(chunk_begin(gb, k_, r)), n = int(chunk_size(gb, k_, r));
     lr = lr_at(cfg_, e + double(s) / steps_);
@@ -233,8 +251,16 @@ double Run::train_epoch(int i, int e, double& lr, std::vector<Span>& spans) {
   if (rep.timeline) rep.timeline->set_step(e + 1, -1);
   spans = take_timeline(rep);
   pool_.align(i);
-  ranks_.group->barrier(r);  // the epoch ends when the slowest rank is done
-  return since(t0);
+  {
+    WatchLabel where(slot, "the end of epoch " + std::to_string(e + 1));
+    ranks_.group->barrier(r);  // the epoch ends when the slowest rank is done
+  }
+  const double epoch_s = since(t0);
+  if (slot) {
+    longest = slot->take_longest_s();
+    slot->set_step(e + 1, -1);
+  }
+  return epoch_s;
 }
 
 void Run::report_epoch(EpochStats st, int e, double lr) {
@@ -268,6 +294,11 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
   DPB_CHECK(cfg.warmup_epochs >= 0, "--warmup-epochs: must be >= 0, got " << cfg.warmup_epochs);
   DPB_CHECK(cfg.sync.bucket_mb > 0, "--bucket-mb: must be > 0, got " << cfg.sync.bucket_mb);
   validate_link(cfg.link, "--link-gbps", "--link-latency-us");
+  // Emulated nodes (issue 26): threads only so far (processes: one node per machine, as MPI says).
+  DPB_CHECK(cfg.link.nodes == 1 || (!cfg.procs.active() && cfg.devices % cfg.link.nodes == 0),
+            "--nodes " << cfg.link.nodes << ": emulated nodes split ranks that are threads into "
+                       "nodes of equal size (a divisor of --devices " << cfg.devices
+                       << (cfg.procs.active() ? "; not under mpirun/srun" : "") << ")");
   validate_injections(cfg.inject, cfg.devices);
   const LinkSpec link = injected_link(cfg.link, cfg.inject);  // what the transport is paced by
   DPB_CHECK(cfg.inject.links.empty() || backend.emulated_link,
@@ -276,6 +307,7 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
             "--link-gbps/--link-latency-us: the emulated link needs --backend "
                 << emulated_link_backends() << " (GPU transfers use the real interconnect)");
   DPB_CHECK(cfg.threads >= 0, "--threads: must be >= 0, got " << cfg.threads);
+  check_thread_budget(cfg.procs.active() ? 1 : cfg.devices, cfg.threads);  // this process's ranks
   DPB_CHECK(backend.runs_math || !cfg.procs.active(),
             "--backend " << cfg.backend << ": plans its ranks as threads of one process; run it "
                          << "without mpirun/srun (--devices " << cfg.procs.size << " plans "

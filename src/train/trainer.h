@@ -20,7 +20,9 @@
 
 #include "collectives/grad_sync.h"
 #include "collectives/link.h"
+#include "src/core/cpu_info.h"
 #include "src/core/memory.h"
+#include "src/core/watchdog.h"
 #include "src/data/dataset.h"
 #include "src/model/model.h"
 #include "src/train/breakdown.h"
@@ -70,6 +72,9 @@ struct TrainConfig {
   // --allow-divergence: an epoch whose loss or parameters are not finite (divergence.h) ends the
   // run with that epoch marked diverged, as a result; off: train() throws Diverged (CLI: exit 4).
   bool allow_divergence = false;
+  // --timeout: the watchdog's (src/core/watchdog.h; 0: off). The front end runs the watchdog;
+  // the trainer flags an epoch with a wait past stall_warn_s(timeout_s) (EpochStats::stalled_s).
+  double timeout_s = kDefaultTimeoutS;
   Launcher launcher() const { return procs.active() ? Launcher::Mpi : Launcher::Threads; }
 };
 
@@ -98,6 +103,14 @@ struct EpochStats {
   // step (0-based) whose loss was not finite and its rank; -1: none (the parameters went).
   bool diverged = false;
   int diverged_step = -1, diverged_rank = -1;
+  // The longest wait of any rank for its peers in the epoch, seconds, when it passed the
+  // watchdog's warn threshold (stall_warn_s: a stalled rank stretched the epoch, whose time is
+  // then no measurement); 0: none did.
+  double stalled_s = 0;
+  // The machine around the epoch (src/core/cpu_info.h: load, steal, others' runnable tasks) and
+  // the CPU each of this process's rank threads ran on (issue 25 items 5, 6).
+  CpuLoad load;
+  std::vector<int> rank_cpus;
 };
 
 struct TrainResult {
