@@ -107,11 +107,18 @@ class MpiTransport final : public Transport {
                                                << world);
     DPB_CHECK(dev.rank() == rank, "MPI transport: the device is rank " << dev.rank()
                                                                        << "'s, not rank " << rank);
-    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "a communicator for the group");
-    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-    host_ = dev.kind() == BackendKind::Cpu;  // CPU: device memory is host memory, ops synchronous
-    spin_ns_ = default_barrier_spin_ns(size);
-    setup_shm();
+    {
+      // The set-up's collective calls wait for every process too: watched on a board of this
+      // rank alone (a peer stopped before its group exists still ends the job with exit 5).
+      WatchBoard setup_board(size, rank, nullptr, {});
+      WatchLabel label(setup_board.local_slot(rank), "the MPI group's set-up");
+      WaitScope watched(setup_board.local_slot(rank), WaitKind::Library);
+      MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "a communicator for the group");
+      MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+      host_ = dev.kind() == BackendKind::Cpu;  // CPU: device memory is host memory, synchronous
+      spin_ns_ = default_barrier_spin_ns(size);
+      setup_shm();
+    }
     // The watchdog's view (src/core/watchdog.h): with shared memory every rank's slot, in its
     // arena's header; over messages this rank's only (a wait then names the peer it waits on).
     std::vector<WatchSlot*> peers;

@@ -2,6 +2,7 @@
 // and the watchdog thread (see watchdog.h).
 #include "src/core/watchdog.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -338,7 +339,13 @@ void Watchdog::check(int64_t now_ns) {
       if (x.visible && !x.local && x.pid > 0) x.proc_state = process_state(x.pid);
     v = judge_stall(views);
     if (timed_out) {
-      opts_.on_timeout(stall_message(views, v, opts_.timeout_s, opts_.flag));  // ends the process
+      std::string msg = stall_message(views, v, opts_.timeout_s, opts_.flag);
+      // A stopped peer process would outlive the job's abort (a signal to it stays pending, and
+      // mpirun waits for it): end it here, so that no rank is left behind.
+      for (const SlotView& x : views)
+        if (x.visible && !x.local && x.pid > 0 && x.proc_state == 'T' && kill(x.pid, SIGKILL) == 0)
+          msg += "; ended the stopped process " + std::to_string(x.pid) + " (SIGKILL)";
+      opts_.on_timeout(msg);  // ends the process
       opts_.timeout_s = 0;  // a test's handler returns: say it once
       continue;
     }
