@@ -204,7 +204,7 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
     // The alpha-beta check.
     const double model = op == Collective::AllReduce
                              ? allreduce_link_cost(ran, double(bytes), k, link)
-                             : entry.link_cost(LinkCostQuery{double(bytes), k, link});
+                             : entry.link_cost(LinkCostQuery{double(bytes), k, link, BackendKind::Cpu, ""});
     st.counters["link_model_s"] = model;
     st.counters["link_ratio"] = model > 0 ? mean / model : 0.0;  // measured / model
   }

@@ -163,12 +163,17 @@ rank_pids() {
   done
 }
 # alive PIDS...: those still running (not zombies) a few seconds after mpirun ended.
-alive() {
-  local p left=""
-  sleep 1
-  for p in "$@"; do
-    [ -d "/proc/$p" ] && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null && left="$left $p"
+alive() {  # the pids still running (not zombies) 5 s after mpirun ended (a loaded CI machine)
+  local p left="" i
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    sleep 0.5
+    left=""
+    for p in "$@"; do
+      [ -d "/proc/$p" ] && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null && left="$left $p"
+    done
+    [ -z "$left" ] && break
   done
+  [ -n "$left" ] && for p in $left; do left="$left ($p: $(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-60), state $(grep '^State:' "/proc/$p/status" 2>/dev/null | cut -f2))"; done
   echo "$left"
 }
 tmp_left() { ls "$(dirname "$1")" | grep -F "$(basename "$1").tmp." | tr '\n' ' '; }
