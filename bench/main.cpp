@@ -16,6 +16,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -280,25 +281,30 @@ void add_context(const BenchConfig& cfg, const std::vector<const dpb::BackendEnt
 
 // The load seen over the run into the JSON's context (the file is still our .tmp; rewritten in
 // place before the rename). busy: "" or why the machine was busy (cpu_info.h).
+// The fields are inserted as text right after `"context": {`: Google Benchmark's JSON may hold
+// NaN (the cv of a counter whose mean is 0), which a JSON parser refuses and Python reads.
 void add_load_context(const std::string& path, const dpb::CpuLoad& l) {
-  nlohmann::ordered_json j;
+  std::string text;
   {
-    std::ifstream in(path);
-    try {
-      j = nlohmann::ordered_json::parse(in);
-    } catch (const std::exception& e) {
-      die("cannot read back " + path + " to add the load: " + e.what());
-    }
+    std::ifstream in(path, std::ios::binary);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-  auto& c = j["context"];
+  const std::string key = "\"context\": {";
+  const size_t at = text.find(key);
+  if (at == std::string::npos) die("cannot read back " + path + " to add the load: no context object");
+  nlohmann::ordered_json c;
   c["cpus_allowed"] = l.cpus;
   c["load_avg_end"] = l.load_avg_end;
   c["steal_pct"] = l.steal_pct;
   c["cpu_pressure_pct"] = l.pressure_pct;
   c["others_runnable"] = l.others_runnable;
   c["busy"] = l.why_busy();
-  std::ofstream out(path, std::ios::trunc);
-  out << j.dump(2) << "\n";
+  std::string fields;
+  for (auto it = c.begin(); it != c.end(); ++it)
+    fields += "\n    " + nlohmann::json(it.key()).dump() + ": " + it.value().dump() + ",";
+  text.insert(at + key.size(), fields);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
   if (!out.flush()) die("cannot write " + path + " (adding the load)");
   if (l.busy())
     std::fprintf(stderr, "dpbench-micro: measured on a busy machine: %s\n", l.why_busy().c_str());
