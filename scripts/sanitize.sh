@@ -58,6 +58,7 @@ run_all_launcher                    Python launcher planning; one tiny run as th
 straggler                           timing assertions on injected sleeps (45 s); the breakdown code runs sanitized in Breakdown*.* and BreakdownTrain.*
 mpi_agree                           argument mismatches under mpirun (26 s); check_ranks_agree runs sanitized in Agree.*
 chaos                               faults under mpirun with time limits (45 s); the same paths run sanitized in mpi_kill, divergence_cli, Agree.*, Divergence.*, Files*
+watchdog                            stalls with time limits under mpirun (60 s); the slots, the verdict and the message run sanitized in Watchdog.*
 '
 asan_skip="^($(awk 'NF {print $1}' <<<"$asan_skip_table" | paste -sd'|'))\$"
 # The GoogleTest ones (names with a dot) as a filter: build-asan runs GoogleTest in 4 ctest shards
