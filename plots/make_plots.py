@@ -19,6 +19,8 @@ into RESULTS_DIR/plots/. Needs matplotlib (Debian: python3-matplotlib; run it wi
   fit_<suite>.png           largest batch and deepest MLP that fit vs k (dpbench fit)
   sharding_memory.png       memory per device by category vs k per --shard mode (sharding suite);
   sharding_time/_comm/_fit  step time, bytes sent per step, largest batch / deepest MLP per mode
+  cluster_step, _micro      step time per all-reduce on emulated nodes, and the all-reduce curve
+                            there, flat ring vs hier (cluster suite: plots/cluster_plots.py)
   rank_breakdown_<suite>    per rank, the phases of a step stacked and waiting for peers beside
                             them, per model and k (the traced runs: scripts/breakdown_plot.py)
 
@@ -47,6 +49,7 @@ import peer_plots  # noqa: E402  (plots/: the peers figure)
 import launcher_plot  # noqa: E402  (plots/: threads vs processes)
 import memory_plots  # noqa: E402  (plots/: the memory suite's figures)
 import sharding_plots  # noqa: E402  (plots/: the sharding suite's figures)
+import cluster_plots  # noqa: E402  (plots/: the cluster suite's figures)
 import breakdown_plot  # noqa: E402  (scripts/: the traced runs' per-rank breakdown)
 from summary import micro_peer_rows  # noqa: E402
 
@@ -394,7 +397,8 @@ class Plotter:
 
     # dpbench-micro's collective families (bench/allreduce_bench.cpp), a row of micro_busbw each.
     def micro(self):
-        files = sorted(glob.glob(os.path.join(self.dir, "micro-*.json")))
+        files = sorted(f for f in glob.glob(os.path.join(self.dir, "micro-*.json"))
+                       if os.path.basename(f) != cluster_plots.MICRO_FILE)  # its own figure
         if not files:
             raise Skip("no micro-*.json (dpbench-micro not built or not run)")
         pts = []
@@ -522,6 +526,7 @@ class Plotter:
         self.attempt("time_to_accuracy", self.time_to_accuracy)
         self.attempt("peers", peer_plots.peers, self, Skip, MODEL_NAME)
         sharding_plots.all_figures(self, Skip)  # the sharding suite (plots/sharding_plots.py)
+        cluster_plots.all_figures(self, Skip)  # the cluster suite (plots/cluster_plots.py)
         for suite in memory_plots.suites(self.dir, exclude=sharding_plots.suites(self.dir)):
             self.attempt(f"memory_{suite}", memory_plots.memory, self, Skip, suite)
             self.attempt(f"fit_{suite}", memory_plots.fit, self, Skip, suite)

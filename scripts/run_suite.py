@@ -13,6 +13,7 @@
 `run` writes DIR/<suite>.csv (dpbench's columns after `suite,scenario,impl`, one header, rewritten
 atomically after every run), DIR/micro-<suite>.json (+ .csv when scripts/bench_to_csv.py exists),
 DIR/fit-<suite>.csv (one row per `dpbench fit` of the suite's [fit] section; its JSON in DIR/fit/),
+DIR/project-<suite>.csv (one row per `dpbench project` of its [project] section),
 DIR/logs/<suite>/<scenario>.log and DIR/manifest.json (machine, versions, every command). Runs
 already in DIR/<suite>.csv are skipped, so an interrupted run continues with the same --out.
 A run's arguments may name files of its own in DIR with {out}, {suite} and {scenario} (sync.ini's
@@ -52,8 +53,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import memory_report as fitlib  # noqa: E402  (the fit rows)
 import peerlib  # noqa: E402
 from suitelib import (FIT_PREFIX, NO_CHECK_NOTE, ROOT, append_rows, append_suite_csv,  # noqa: E402
-                      effective_info, expand_runs, load_suite, mark_status_in_place, micro_args,
-                      mpi_twins, read_rows, stale_temps, suite_names, write_json, SuiteError)
+                      effective_info, expand_runs, launcher_refusal, load_suite,
+                      mark_status_in_place, micro_args, mpi_twins, PROJECT_PREFIX, read_rows,
+                      stale_temps, suite_names, write_json, SuiteError)
 from summary import write_summary  # noqa: E402
 
 
@@ -154,9 +156,13 @@ def mpirun_prefix(np):
 
 
 def plan_launcher(a, suite, runs, info=None):
-    """Thread-mode runs kept and process-mode twins added by --launcher, with notes."""
+    """Thread-mode runs kept and process-mode twins added by --launcher, with notes. A run whose
+    all-reduce runs as processes only (--allreduce mpi) has its twin only."""
+    procs_only = {r.name: why for r in runs if r.kind == "train"
+                  for why in [launcher_refusal(r.args, info, "threads")] if why}
     if a.launcher == "threads" or (not suite.processes and not a.suite_given):
-        return runs, []
+        return ([r for r in runs if r.name not in procs_only],
+                [(suite.name, n, why) for n, why in procs_only.items()])
     twins, notes = mpi_twins(runs, a.backend, info)
     if twins and mpirun_prefix(2) is None:
         notes += [(suite.name, t.name, "no mpirun (apt-get install openmpi-bin)") for t in twins]
@@ -164,7 +170,9 @@ def plan_launcher(a, suite, runs, info=None):
     out = []
     for r in runs:
         twin = [t for t in twins if t.name == r.name + "-mpi"]
-        if a.launcher == "mpi" and twin:
+        if r.name in procs_only:
+            pass  # its twin only
+        elif a.launcher == "mpi" and twin:
             notes.append((suite.name, r.name, "thread mode (--launcher mpi)"))
         else:
             out.append(r)
@@ -455,6 +463,47 @@ class Runner:
             os.remove(tmp)
         self.record(entry)
 
+    def run_project(self, run, n, total):
+        """`dpbench project` (a suite's [project] section): the JSON object it prints becomes one
+        row of DIR/project-<suite>.csv (its numbers; the profile's facts as profile_*)."""
+        a = self.a
+        path = os.path.join(self.out, f"{PROJECT_PREFIX}{run.suite}.csv")
+        tag = f"[{n}/{total} {self.elapsed()}] {run.suite}/{run.name}"
+        if os.path.exists(path) and any(r["scenario"] == run.name for r in read_rows(path)):
+            print(f"{tag}: already in {path}, skipped", flush=True)
+            return
+        cmd = [a.bin, "project"] + self.own_files(run)
+        print(f"{tag}: dpbench project " + " ".join(shlex.quote(c) for c in run.args), flush=True)
+        log = os.path.join(self.out, "logs", run.suite, run.name + ".log")
+        rc, wall, tail = self.execute(cmd, log, lambda l: False)
+        entry = {"suite": run.suite, "scenario": run.name, "kind": "project", "cmd": cmd,
+                 "rc": rc, "wall_s": round(wall, 2), "log": os.path.relpath(log, self.out),
+                 "started_utc": utc(time.time() - wall)}
+        out = None
+        if rc == 0:
+            with open(log) as f:
+                objs = [x for x in f if x.startswith("{")]
+            try:
+                out = json.loads(objs[-1]) if objs else None
+            except json.JSONDecodeError:
+                out = None
+        if out is None:
+            self.failures.append(f"{run.suite}/{run.name} (rc {rc}, see {log})")
+            print(f"      FAILED (rc {rc}) after {wall:.1f} s; last output:", flush=True)
+            for line in tail:
+                print("      | " + line, flush=True)
+        else:
+            row = {"suite": run.suite, "scenario": run.name}
+            for k, v in out.items():
+                if isinstance(v, dict):
+                    row.update({f"{k}_{kk}": vv for kk, vv in v.items()
+                                if not isinstance(vv, (dict, list))})
+                elif not isinstance(v, list):
+                    row[k] = v
+            append_rows(path, [row])
+            print(f"      done in {wall:.1f} s -> {path}", flush=True)
+        self.record(entry)
+
     def run(self):
         a = self.a
         suites = [load_suite(s) for s in a.suite]
@@ -507,6 +556,8 @@ class Runner:
                         f"mpirun -np {item.procs} dpbench train " if item.procs else "") +
                     " ".join(item.args),
                     "fit": lambda: f"{item.suite}/{item.name}: dpbench fit " + " ".join(item.args),
+                    "project": lambda: f"{item.suite}/{item.name}: dpbench project " +
+                    " ".join(item.args),
                     "peer": lambda: f"{item.suite}/{item.name}: peer {item.peer.impl}",
                     "peer-micro": lambda: f"{item.name}: peer openmpi"}[kind]())
             return 0
@@ -517,6 +568,7 @@ class Runner:
             self.remove_tmp()  # what a killed earlier run left
             self.save()
             steps = {"micro": self.run_micro, "train": self.run_train, "fit": self.run_fit,
+                     "project": self.run_project,
                      "peer": lambda *x: peerlib.run_train_peer(self, *x),
                      "peer-micro": lambda *x: peerlib.run_micro_peer(self, *x)}
             for n, (kind, item) in enumerate(plan, 1):
@@ -632,6 +684,8 @@ def main(argv=None):
                 print(f"    {rn}: {' '.join(args)}")
             for rn, args in st.fit_runs.items():
                 print(f"    {rn}: dpbench fit {' '.join(args)}")
+            for rn, args in st.project_runs.items():
+                print(f"    {rn}: dpbench project {' '.join(args)}")
         return 2 if unusable else 0
     if a.cmd == "record":
         path = os.path.join(a.dir, "manifest.json")

@@ -25,6 +25,7 @@ SCENARIOS = os.path.join(ROOT, "scenarios")
 # every other `dpbench train` / `dpbench fit` flag takes one value
 FLAGS_WITHOUT_VALUE = {"--tf32", "--quiet", "--check", "--allow-divergence"}
 FIT_PREFIX = "fit-"  # DIR/fit-<suite>.csv: a suite's `dpbench fit` results (not a training CSV)
+PROJECT_PREFIX = "project-"  # DIR/project-<suite>.csv: its `dpbench project` results (one row each)
 
 # ----------------------------------------------------------------------------- scenario files
 
@@ -35,7 +36,8 @@ class Run:
     name: str
     args: list  # final `dpbench train` arguments for the chosen mode (no --backend / --csv)
     procs: int = 0  # > 0: run as `mpirun -np procs dpbench train ...` (process mode)
-    kind: str = "train"  # "fit": a `dpbench fit` run of the suite's [fit] section
+    kind: str = "train"  # "fit": a `dpbench fit` run of the suite's [fit] section; "project":
+    # a `dpbench project` of its [project] section (no ranks run: any --devices)
 
 
 @dataclass
@@ -50,6 +52,7 @@ class Suite:
     cpu_runs: dict = field(default_factory=dict)  # e.g. the emulated link, which GPUs refuse
     cpu_why: str = ""  # why the cpu-only runs are left out of a GPU run (printed as a note)
     fit_runs: dict = field(default_factory=dict)  # [fit]: name -> `dpbench fit` args (list)
+    project_runs: dict = field(default_factory=dict)  # [project]: name -> `dpbench project` args
     quick: list = field(default_factory=list)  # (glob, args | None for skip), file order
     micro: dict = field(default_factory=dict)  # "cpu", "cpu.quick", ... -> args
     peer_runs: list = field(default_factory=list)  # globs of runs the peers repeat (peerlib)
@@ -68,7 +71,7 @@ class Suite:
 # The sections of a suite file and their keys; None: keyed by run names or globs.
 SUITE_SECTIONS = {
     "suite": {"about", "default", "target", "quick_target", "cpu_only_why", "launchers"},
-    "runs": None, "runs.cuda": None, "runs.cpu": None, "fit": None, "quick": None,
+    "runs": None, "runs.cuda": None, "runs.cpu": None, "fit": None, "project": None, "quick": None,
     "micro": {"cpu", "cpu.quick", "cuda", "cuda.quick"},  # backend[.quick] -> dpbench-micro args
     "peers": {"runs", "micro"},
 }
@@ -178,7 +181,7 @@ def load_suite(name):
                            "(valid: threads | threads, processes)")
     s.processes = "processes" in launchers
     for secname, dest in (("runs", s.runs), ("runs.cuda", s.cuda_runs), ("runs.cpu", s.cpu_runs),
-                          ("fit", s.fit_runs)):
+                          ("fit", s.fit_runs), ("project", s.project_runs)):
         if cp.has_section(secname):
             for k, v in cp[secname].items():
                 dest[k] = _split(path, secname, k, v)
@@ -279,7 +282,9 @@ def expand_runs(suite, quick, backend, devices, extra=(), info=None):
     else:
         table.update(suite.cpu_runs)
     kinds = {name: "fit" for name in suite.fit_runs}
+    kinds.update({name: "project" for name in suite.project_runs})
     table.update(suite.fit_runs)
+    table.update(suite.project_runs)
     for name, args in table.items():
         if quick:
             skip = False
@@ -293,6 +298,9 @@ def expand_runs(suite, quick, backend, devices, extra=(), info=None):
                 notes.append((suite.name, name, "full mode only"))
                 continue
         dev = arg_value(args, "--devices", "1")
+        if kinds.get(name) == "project":  # a prediction for any device count: nothing runs k ranks
+            runs.append(Run(suite.name, name, merge_args(args, list(extra)), kind="project"))
+            continue
         if dev == "max":
             args = merge_args(args, ["--devices", str(max(devices))])
         elif int(dev) not in devices:
@@ -402,6 +410,21 @@ PROCESS_REFUSALS = [
 ]
 
 
+def launcher_refusal(args, info, launcher):
+    """"" when `dpbench train args` runs with its ranks as `launcher` (threads | processes), else
+    why not, from its all-reduce's entry in `dpbench info` (launchers): --allreduce mpi runs as
+    processes only, so such a run is planned as its process-mode twin only (run_suite --launcher
+    mpi|both); an algorithm not yet written for processes gets no twin."""
+    name = arg_value(args, "--allreduce", "ring")
+    entry = next((e for e in (info or {}).get("allreduce_algorithms", []) if e["name"] == name),
+                 None)
+    if entry is None or launcher in entry.get("launchers", [launcher]):
+        return ""
+    if launcher == "threads":
+        return f"--allreduce {name} runs as processes only (--launcher mpi|both)"
+    return f"--allreduce {name} does not run as processes in this build"
+
+
 def mpi_twins(runs, backend="cpu", info=None):
     """Process-mode twins (scenario + MPI_SUFFIX, procs = k) of the multi-device runs, and
     [(suite, run, why left out)] for those process mode or the machine's GPUs refuse."""
@@ -411,7 +434,8 @@ def mpi_twins(runs, backend="cpu", info=None):
         if k < 2 or r.kind != "train" or arg_value(r.args, "--backend") == "meta":
             continue
         why = next((w for refused, w in PROCESS_REFUSALS if refused(r.args)), None) or \
-            (gpu_refusal(r.args, backend, info, procs=k) if info else None)
+            (gpu_refusal(r.args, backend, info, procs=k) if info else None) or \
+            launcher_refusal(r.args, info, "processes")
         if why:
             notes.append((r.suite, r.name + MPI_SUFFIX, why))
         else:
@@ -481,7 +505,7 @@ NUMERIC = {c["name"] for c in TRAIN_CSV_COLUMNS if c["type"] == "number"}
 def is_suite_csv(path):
     """True for a training CSV (one row per run and epoch: columns suite and scenario); False for
     the other CSVs of a results folder (micro-*.csv, summary.csv, link-projection.csv, ...)."""
-    if os.path.basename(path).startswith(FIT_PREFIX):
+    if os.path.basename(path).startswith((FIT_PREFIX, PROJECT_PREFIX)):
         return False
     with open(path, newline="") as f:
         header = next(csv.reader(f), [])
@@ -508,7 +532,8 @@ def read_results(out_dir):
     """{suite: [rows]} for every suite CSV in a results folder."""
     res = {}
     for f in sorted(os.listdir(out_dir)):
-        if f.endswith(".csv") and not f.startswith(("micro-", "summary", FIT_PREFIX)):
+        if f.endswith(".csv") and not f.startswith(("micro-", "summary", FIT_PREFIX,
+                                                    PROJECT_PREFIX)):
             rows = read_rows(os.path.join(out_dir, f))
             if rows and "scenario" in rows[0]:
                 res[f[:-4]] = rows

@@ -16,6 +16,7 @@ import os
 import textwrap
 
 import breakdown_report
+import cluster_report
 import memory_report
 import sharding_report
 from peerlib import FAMILY
@@ -202,6 +203,8 @@ def summary_text(out_dir, rows):
         if procs:
             lines += ["", f"   {suite}: threads vs processes (mpirun -np k; runs <scenario>-mpi)"]
             lines += ["   " + line for line in render(procs)]
+        if suite == cluster_report.SUITE:  # ring vs hier: step, micro curve, projection
+            lines += [""] + cluster_report.report_lines(out_dir, suite, manifest)
         ranks = breakdown_report.report_lines(out_dir, suite)  # its traced runs (--steps-csv)
         if ranks:
             lines += [""] + ranks
