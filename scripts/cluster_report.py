@@ -26,8 +26,8 @@ import sys
 import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suitelib import (MPI_SUFFIX, PROJECT_PREFIX, group_runs, read_micro, read_results,  # noqa: E402
-                      read_rows, steady_epoch_s, write_atomic)
+from suitelib import (MPI_SUFFIX, PROJECT_PREFIX, arg_value, group_runs, read_micro,  # noqa: E402
+                      read_results, read_rows, steady_epoch_s, write_atomic)
 
 SUITE = "cluster"
 MD_NAME, CSV_NAME = "summary-cluster.md", "summary-cluster.csv"  # "summary*": not a suite CSV
@@ -49,9 +49,21 @@ def _num(v, default=0.0):
         return default
 
 
+def run_args(out_dir, suite):
+    """{scenario: its `dpbench train` arguments} from DIR/manifest.json (what the CSV lacks: the
+    nodes and the link between them, where its columns do not record them)."""
+    path = os.path.join(out_dir, "manifest.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        cmds = json.load(f).get("commands", [])
+    return {c["scenario"]: c.get("cmd", []) for c in cmds if c.get("suite") == suite}
+
+
 def step_rows(out_dir, suite=SUITE):
     """One dict per training run of the suite (dpbench's): its setting and per-step numbers."""
     rows = read_results(out_dir).get(suite, [])
+    cmds = run_args(out_dir, suite)
     out = []
     for (_, scenario, impl), eps in group_runs(rows).items():
         if impl != "dpbench":
@@ -60,18 +72,21 @@ def step_rows(out_dir, suite=SUITE):
         steps = max(1, math.ceil((e0.get("train_examples") or 0) / (e0.get("global_batch") or 1)))
         epoch = steady_epoch_s(eps)
         exposed = steady_epoch_s(eps, "exposed_comm_s")
-        k, nodes = int(e0["devices"]), int(_num(e0.get("nodes"), 0) or 0)
-        if not nodes:  # a CSV without the nodes column: the scenario's N x g
-            tag = scenario.removesuffix(MPI_SUFFIX).rsplit("-", 1)[-1]
-            nodes = int(tag.split("x")[0]) if "x" in tag and tag.split("x")[0].isdigit() else 1
+        cmd = cmds.get(scenario, [])
+        k = int(e0["devices"])
+        nodes = int(_num(e0.get("nodes"), 0) or _num(arg_value(cmd, "--nodes"), 1))
+        node_gbps = _num(e0.get("node_link_gbps"), None)
+        node_lat = _num(e0.get("node_link_latency_us"), None)
+        if node_gbps is None:  # a CSV without the columns: the run's command
+            node_gbps = _num(arg_value(cmd, "--node-link-gbps"))
+            node_lat = _num(arg_value(cmd, "--node-link-latency-us"))
         out.append({
             "scenario": scenario, "model": e0["model"],
             "launcher": "mpi" if scenario.endswith(MPI_SUFFIX) or e0.get("launcher") == "mpi"
             else "threads",
             "allreduce": e0["allreduce"], "devices": k, "nodes": nodes,
             "link": link_words(_num(e0.get("link_gbps")), _num(e0.get("link_latency_us"))),
-            "node_link": link_words(_num(e0.get("node_link_gbps")),
-                                    _num(e0.get("node_link_latency_us"))),
+            "node_link": link_words(node_gbps, node_lat or 0.0),
             "global_batch": int(e0["global_batch"]), "steps": steps, "epochs": len(eps),
             "step_s": epoch / steps if epoch else None,
             "exposed_step_s": exposed / steps if exposed is not None else None,

@@ -149,7 +149,7 @@ class RealQuick(unittest.TestCase):
         try:
             r = subprocess.run([sys.executable, RUN_SUITE, "run", "--out", out, "--suite", "cluster",
                                 "--quick", "--bin", binary, "--no-micro", "--runs", runs,
-                                "--set", "--train-limit 1024 --test-limit 256"],
+                                "--set", "--train-limit 1024"],
                                capture_output=True, text=True, timeout=240)
             self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-2000:])
             steps = {x["allreduce"]: x for x in cr.step_rows(out)}
@@ -157,6 +157,8 @@ class RealQuick(unittest.TestCase):
             self.assertEqual(steps["hier"]["nodes"], 2)
             self.assertIsNotNone(steps["hier"]["vs_ring"])
             self.assertGreater(steps["ring"]["step_s"], 0)
+            subprocess.run([sys.executable, RUN_SUITE, "summary", out], check=True,
+                           capture_output=True, timeout=60)
             summary = open(os.path.join(out, "summary.txt")).read()
             self.assertIn("cluster: flat ring vs hier", summary)
             if runs == "*lenet-*":
