@@ -6,9 +6,10 @@ backend) and of which peers repeat which runs (scripts/peerlib.py). scripts/test
   scripts/check_regression_test.py            # every results/baseline/cpu-* folder
 
 For each baseline: an identical copy passes; planted regressions fail (every accuracy -0.1; the
-2-device runs' epochs 3x slower, unless marked stalled; a run the manifest shows as failed); what a run does not hold is
-skipped, not failed (a suite left out, a run never started, peer rows); a run that diverged (a NaN
-loss, or the diverged column 1) fails naming it; an older CSV without the impl column still reads; unusable input (a truncated, binary or column-less CSV, a manifest or
+2-device runs' epochs 3x slower, unless marked stalled or measured on a busy machine: then
+skipped, their numbers still compared; a run the manifest shows as failed); what a run does not
+hold is skipped, not failed (a suite left out, a run never started, peer rows); a run that
+diverged (a NaN loss, or the diverged column 1) fails naming it; an older CSV without the impl column still reads; unusable input (a truncated, binary or column-less CSV, a manifest or
 benchmark JSON cut short) is exit 2 naming the file. Standard library only.
 """
 import csv
@@ -99,6 +100,8 @@ def test_baseline(base, tmp):
     check("2-device epochs 3x slower but stalled are flagged, not compared", d, base, 0,
           ["flagged: a stalled rank stretched it", "every epoch stalled"])
 
+    test_busy(base, tmp)
+
     csvs = suite_csvs(base)
     victim_csv = csvs[0]
     with open(victim_csv, newline="") as f:
@@ -179,6 +182,76 @@ def test_baseline(base, tmp):
             w.writeheader()
             w.writerows(r for r in rows if dpbench(r))
     check("a CSV without the impl column reads", d, base, 0, ["no regression"])
+
+
+def add_column(d, col, fn):
+    """Sets column col (added where missing) of every row of d's suite CSVs to fn(row)."""
+    for path in suite_csvs(d):
+        with open(path, newline="") as f:
+            rd = csv.DictReader(f)
+            cols, rows = list(rd.fieldnames), list(rd)
+        cols += [] if col in cols else [col]
+        for r in rows:
+            r[col] = fn(r)
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols, lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+
+
+def edit_json(path, fn):
+    with open(path) as f:
+        m = json.load(f)
+    fn(m)
+    with open(path, "w") as f:
+        json.dump(m, f)
+
+
+def test_busy(base, tmp):
+    """Issue 25 item 5: runs measured on a busy machine (the CSV's busy column, the manifest's
+    load.busy, a benchmark JSON's context busy; in the run or the baseline) are not compared on
+    their speed ratios, which say why; their numbers still are."""
+    def slow_busy(r):
+        two = dpbench(r) and float(r["devices"]) == 2
+        r["epoch_s"] = float(r["epoch_s"]) * 3 if two else r["epoch_s"]
+        return "load 7.1 > 2 CPUs" if two else ""
+
+    d = copy(base, tmp, "busy")
+    add_column(d, "busy", slow_busy)
+    check("2-device epochs 3x slower on a busy machine are skipped, not failed", d, base, 0,
+          ["skipped: measured on a busy machine (this run's lenet-k2: load 7.1 > 2 CPUs in epoch 1",
+           "no regression"])
+
+    d = copy(base, tmp, "busy-acc")  # busy, and every accuracy 0.1 lower: still a regression
+    add_column(d, "busy", slow_busy)
+    edit_rows(d, lambda r: {**r, "test_acc": float(r["test_acc"]) - 0.1,
+                            "train_acc": float(r["train_acc"]) - 0.1} if dpbench(r) else r)
+    check("busy, accuracy -0.1 still fails", d, base, 1,
+          ["skipped: measured on a busy machine", "REGRESSION: off by 0.100"])
+
+    # The manifest's load of the commands (run_suite.py), in the baseline, with no busy column.
+    d = copy(base, tmp, "busy-manifest")
+    edit_rows(d, lambda r: {**r, "epoch_s": float(r["epoch_s"]) * 3}
+              if dpbench(r) and float(r["devices"]) == 2 else r)
+    b = copy(base, tmp, os.path.join("busy-manifest-base", os.path.basename(base)))
+    edit_json(os.path.join(b, "manifest.json"), lambda m: [
+        c.update(load={"load_avg_start": 9.5, "busy": "load 9.5 > 2 CPUs"})
+        for c in m.get("commands", []) if "suite" in c])
+    micro = sorted(glob.glob(os.path.join(b, "micro-*.json")))
+    want = ["skipped: measured on a busy machine (baseline's lenet-k2: load 9.5 > 2 CPUs"]
+    if micro:  # and the benchmark file its command wrote
+        want.append(f"skipped: measured on a busy machine (baseline's {os.path.basename(micro[0])}"
+                    ": load 9.5 > 2 CPUs)")
+    check("slower, the baseline's manifest busy: skipped", d, b, 0, want + ["no regression"])
+
+    if micro:  # the benchmark JSON's own context (dpbench-micro's samples)
+        d = copy(base, tmp, "busy-micro")
+        name = os.path.basename(micro[0])
+        edit_json(os.path.join(d, name), lambda m: m.setdefault("context", {}).update(
+            busy="steal 12%"))
+        check("a benchmark JSON marked busy: its ratio skipped", d, base, 0,
+              [f"skipped: measured on a busy machine (this run's {name}: steal 12%)",
+               "no regression"])
 
 
 def test_unusable(base, tmp):
