@@ -22,7 +22,6 @@ import csv
 import json
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchnames  # noqa: E402  (the one parser of benchmark names)
@@ -98,17 +97,19 @@ def rows_of(doc, quick=False):
 
 
 def write_atomic(path, header, rows):
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".bench_to_csv.", suffix=".tmp", dir=directory)
+    # PATH.tmp<pid>, as suitelib.write_atomic: the umask's permissions (mkstemp's are 0600), and
+    # run_suite removes one a killed run left (suitelib.stale_temps).
+    tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with os.fdopen(fd, "w", newline="") as f:
+        with open(tmp, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=header, extrasaction="raise", restval="")
             w.writeheader()
             for r in rows:
                 w.writerow(r)
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
         raise
 
 
