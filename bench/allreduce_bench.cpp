@@ -194,7 +194,7 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
   st.counters["sent_bytes"] = double(g->sent);
   st.counters["sent_bytes_schedule"] =
       double(schedule_sent_bytes(op, alg, g->n, k, 0, b.kind, env.cfg().run.tune_file,
-                                 g->ds->group->nodes()));  // hier: its node split
+                                 g->ds->group->nodes(), env.cfg().run.link));  // hier: its split
   // The algorithm that ran (auto picks one per size): named in the label with auto's rules; its
   // traffic model is the one used.
   const std::string ran = g->ar->choice(g->n);

@@ -70,7 +70,6 @@ long default_barrier_spin_ns(int threads) {
   return hw > 0 && threads > 0 && unsigned(threads) <= hw ? 100000 : 0;
 }
 
-namespace {
 // link with its node count from DPB_NODES when it names one node (--nodes wins; issue 26).
 LinkSpec with_env_nodes(LinkSpec link) {
   if (const char* e = std::getenv("DPB_NODES"); e && link.nodes == 1) {
@@ -82,7 +81,6 @@ LinkSpec with_env_nodes(LinkSpec link) {
   }
   return link;
 }
-}  // namespace
 
 CommGroup::CommGroup(int k, std::vector<Device*> devices, const LinkSpec& link)
     : CommGroup(k, std::move(devices), with_env_nodes(link), 0) {}

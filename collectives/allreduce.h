@@ -174,6 +174,9 @@ class CommGroup {
 // A sub-group of parent's ranks as a transport (group_view.cpp): view rank i is parent rank
 // members[i]; every member a rank of this process. CommGroup's node and cross-node groups.
 std::unique_ptr<Transport> make_group_view(Transport& parent, std::vector<int> members);
+// `link` with its node count from the environment variable DPB_NODES when link.nodes is 1
+// (--nodes wins); throws dpb::Error naming a bad value.
+LinkSpec with_env_nodes(LinkSpec link);
 
 // The threads transport over k devices of this process (transport_threads.cpp); when `link` is
 // enabled, paced by it on one fabric all k ranks share (with_link, link.h; CPU devices only).

@@ -1,7 +1,8 @@
 // auto.cpp: `--allreduce auto`: per call, the algorithm the tuning table (collectives/tuning.h)
 // names for the message size, as NCCL picks between its algorithms. Every rank makes the same
 // choice (n is collective), so the ranks always run the same algorithm. The chosen algorithms are
-// made once, when auto is made; describe() states the rules and which table they came from.
+// made once, when auto is made; describe() states the rules and which table they came from. On
+// emulated nodes over a paced link, hier where its cost model says it is faster (tuning.h).
 // Built by make_allreduce("auto", group, {tune_file}); tested by tests/test_allreduce.cpp.
 #include <map>
 #include <memory>
@@ -19,7 +20,11 @@ class AutoAllReduce final : public AllReduce {
   AutoAllReduce(CommGroup& group, const AllReduceOptions& opts) {
     const TuneFile file = load_tune_file(opts.tune_file);
     std::string why;
-    rules_ = resolve_tuning(file, group.kind(), group.size(), &why);
+    // Two levels: hier weighed on the group's emulated link (tuning.h, resolve_tuning_nodes).
+    const LinkSpec* paced = paced_link(group.transport());
+    LinkSpec link = paced ? *paced : LinkSpec{};
+    link.nodes = group.nodes();
+    rules_ = resolve_tuning_nodes(file, group.kind(), group.size(), link, group.launcher(), &why);
     describe_ = "auto: " + describe_rules(rules_) + " (" + why + ")";
     for (const TuneRule& r : rules_) {
       if (algs_.count(r.algorithm)) continue;
@@ -62,7 +67,8 @@ std::unique_ptr<AllReduce> make_auto_allreduce(CommGroup& group, const AllReduce
 // tuning table (q.tune_file, "": the built-in one) picks for this size, k and backend.
 double auto_link_cost(const LinkCostQuery& q) {
   std::string why;
-  for (const TuneRule& r : resolve_tuning(load_tune_file(q.tune_file), q.kind, q.k, &why))
+  for (const TuneRule& r : resolve_tuning_nodes(load_tune_file(q.tune_file), q.kind, q.k, q.link,
+                                                Launcher::Threads, &why))
     if (r.unbounded || q.bytes <= double(r.up_to_bytes))
       return allreduce_link_cost(r.algorithm, q.bytes, q.k, q.link, q.kind, q.tune_file);
   DPB_CHECK(false, "--allreduce auto: the tuning table (" << why << ") has no rule for "
@@ -75,10 +81,13 @@ double auto_link_cost(const LinkCostQuery& q) {
 uint64_t auto_sent_bytes(const SentBytesQuery& q) {
   std::string why;
   const size_t bytes = q.n * sizeof(float);
-  for (const TuneRule& r : resolve_tuning(load_tune_file(q.tune_file), q.kind, q.k, &why))
+  LinkSpec link = q.link;
+  link.nodes = q.nodes;
+  for (const TuneRule& r : resolve_tuning_nodes(load_tune_file(q.tune_file), q.kind, q.k, link,
+                                                Launcher::Threads, &why))
     if (r.unbounded || bytes <= r.up_to_bytes)
       return schedule_sent_bytes(Collective::AllReduce, r.algorithm, q.n, q.k, q.rank, q.kind,
-                                 q.tune_file);
+                                 q.tune_file, q.nodes, link);
   DPB_CHECK(false, "--allreduce auto: the tuning table (" << why << ") has no rule for " << bytes
                                                           << " bytes");
 }

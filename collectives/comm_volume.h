@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 
+#include "collectives/link.h"
 #include "collectives/shard.h"
 
 namespace dpb {
@@ -31,13 +32,14 @@ struct SentBytesQuery {
   std::string tune_file;                // auto: its tuning table ("": the built-in one)
   int nodes = 1;                        // hier: the group's nodes (k / nodes ranks each)
   std::string intra = "ring", cross = "ring";  // hier: its algorithms in and across the nodes
+  LinkSpec link;  // auto: the emulated link it weighs hier on with nodes > 1 (tuning.h)
 };
 
 // Bytes `rank` sends in one call of c's `algorithm` (a name in c's table, registry.h) on n floats
 // over k ranks. Throws dpb::Error naming the algorithm when it is unknown or has no count.
 uint64_t schedule_sent_bytes(Collective c, const std::string& algorithm, size_t n, int k, int rank,
                              BackendKind kind = BackendKind::Cpu, const std::string& tune_file = "",
-                             int nodes = 1);
+                             int nodes = 1, const LinkSpec& link = {});
 
 // The ring's count (ring.cpp), also the nominal count of the library collectives (nccl, mpi):
 // reduce-scatter n - |chunk r|, all-gather n - |chunk r+1|, all-reduce the ring's rotated halves,

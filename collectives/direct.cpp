@@ -81,9 +81,10 @@ std::unique_ptr<AllReduce> make_direct_allreduce(CommGroup& group) {
 
 // Its alpha-beta cost on an emulated link (link.h; its registry entry carries it): rank r reads its
 // chunk from peers r+1, r+2, ... in turn; at each turn every rank sends one chunk and receives
-// one, so no link is shared; then the same for the gather: 2(k-1) (L + n/(kG)).
+// one, so no link is shared; then the same for the gather: 2(k-1) (L + n/(kG)); across emulated
+// nodes every turn has a transfer that crosses (LinkSpec::step_s).
 double direct_link_cost(const LinkCostQuery& q) {
-  return q.k <= 1 ? 0.0 : 2.0 * (q.k - 1) * q.link.transfer_s(q.bytes / q.k);
+  return q.k <= 1 ? 0.0 : 2.0 * (q.k - 1) * q.link.step_s(q.bytes / q.k, q.k);
 }
 
 // Bytes rank q.rank sends in one call (comm_volume.h; its registry entry carries it): phase 1,

@@ -41,6 +41,12 @@ double LinkSpec::busy_s(int src, int dst, double bytes, int k) const {
   return g > 0 ? bytes * 8.0 / (g * 1e9) : 0.0;
 }
 
+double LinkSpec::step_s(double bytes, int k) const {
+  if (nodes <= 1 || k < nodes) return transfer_s(bytes);
+  const double across = inter().transfer_s(bytes);
+  return k / nodes == 1 ? across : std::max(transfer_s(bytes), across);  // g = 1: every one crosses
+}
+
 std::string LinkSpec::label() const {
   if (!enabled()) return "none";
   char buf[64];
@@ -203,6 +209,7 @@ class PacedTransport final : public Transport {
     for (int r = 0; r < in_->size(); ++r) shared_ = shared_ && in_->is_local(r);
   }
   Transport& inner() { return *in_; }
+  const LinkFabric& fabric() const { return *fab_; }
 
   void step(int rank, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
             bool fence) override {
@@ -291,6 +298,11 @@ std::unique_ptr<Transport> with_link(std::unique_ptr<Transport> inner,
 Transport& unpaced(Transport& t) {
   auto* p = dynamic_cast<PacedTransport*>(&t);
   return p ? p->inner() : t;
+}
+
+const LinkSpec* paced_link(const Transport& t) {
+  auto* p = dynamic_cast<const PacedTransport*>(&t);
+  return p ? &p->fabric().spec() : nullptr;
 }
 
 // ---------------------------------------------------------------- cost model

@@ -107,6 +107,17 @@ struct LinkSpec {
   double transfer_s(double bytes) const {
     return latency_us * 1e-6 + (gbps > 0 ? bytes * 8.0 / (gbps * 1e9) : 0.0);
   }
+  // transfer_s between ranks src and dst of a group of k: on the inter-node link when they are
+  // on two nodes. The cost models of schedules that move data between fixed pairs (naive, rhd).
+  double transfer_s(double bytes, int src, int dst, int k) const {
+    return crosses(src, dst, k) ? inter().transfer_s(bytes) : transfer_s(bytes);
+  }
+  // Seconds of one step of a flat schedule over k ranks in which every rank moves `bytes` to its
+  // peer at the same distance d (ring: d = 1; direct's turns: d = 1..k-1), all at once: the step
+  // waits for its slowest transfer. Across nodes, every such step has a transfer that crosses
+  // (rank g-1 to g, or rank 0 to the last node), so the slower of the two links bounds it; one
+  // node: transfer_s.
+  double step_s(double bytes, int k) const;
   // "0.2 Gb/s, 50 us", "1 Gb/s, 50 us; rank 1 0.1 Gb/s", "...; 2 nodes, 0.1 Gb/s, 50 us
   // between" or "none"
   std::string label() const;
@@ -187,6 +198,9 @@ std::unique_ptr<Transport> with_link(std::unique_ptr<Transport> inner,
                                      std::shared_ptr<LinkFabric> fabric);
 // The transport a paced one wraps; t itself when it is not paced.
 Transport& unpaced(Transport& t);
+// The link a paced transport is paced by (its fabric's spec), or nullptr when t is not paced:
+// what `--allreduce auto` weighs hier against the flat rules on (auto.cpp).
+const LinkSpec* paced_link(const Transport& t);
 
 // ---- alpha-beta cost models. Each algorithm's lives in its own file (naive.cpp, ring.cpp, ...)
 // and its registry entry carries it (AllReduceEntry::link_cost, collectives/registry.cpp).

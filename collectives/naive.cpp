@@ -78,22 +78,30 @@ std::unique_ptr<AllReduce> make_naive_allreduce(CommGroup& group) {
 
 // Its alpha-beta cost on an emulated link (link.h; its registry entry carries it): rank 0 pulls
 // and adds the k-1 peers one after another ((k-1) (L + n/G)), then puts the sum into them one
-// after another (the same): 2(k-1) (L + n/G).
+// after another (the same): 2(k-1) (L + n/G). Across emulated nodes each transfer on its own link
+// (LinkSpec::transfer_s(bytes, 0, p, k)): the peers of other nodes over the inter-node one.
+namespace {
+double from_root_s(const LinkCostQuery& q, double bytes) {  // rank 0 with every peer in turn
+  double t = 0;
+  for (int p = 1; p < q.k; ++p) t += q.link.transfer_s(bytes, 0, p, q.k);
+  return t;
+}
+}  // namespace
 double naive_link_cost(const LinkCostQuery& q) {
-  return q.k <= 1 ? 0.0 : 2.0 * (q.k - 1) * q.link.transfer_s(q.bytes);
+  return q.k <= 1 ? 0.0 : 2.0 * from_root_s(q, q.bytes);
 }
 // Reduce-scatter: the same pulls, then one shard to each peer: (k-1) (2L + n/G + n/(kG)).
 double naive_reducescatter_link_cost(const LinkCostQuery& q) {
-  return q.k <= 1 ? 0.0
-                  : (q.k - 1) * (q.link.transfer_s(q.bytes) + q.link.transfer_s(q.bytes / q.k));
+  return q.k <= 1 ? 0.0 : from_root_s(q, q.bytes) + from_root_s(q, q.bytes / q.k);
 }
 // All-gather: one shard from each peer, then all but its shard to each, the two ranges as two
 // transfers: (k-1) (L + n/(kG)) + (k-1) (2L + (k-1)n/(kG)) (one range when the peer is the last).
 double naive_allgather_link_cost(const LinkCostQuery& q) {
   if (q.k <= 1) return 0.0;
   const double shard = q.bytes / q.k;
-  return (q.k - 1) * q.link.transfer_s(shard) + (q.k - 1) * q.link.transfer_s((q.k - 1) * shard) +
-         (q.k - 2) * q.link.latency_us * 1e-6;
+  double second_range = 0;  // peers 1..k-2 get their two ranges as two transfers
+  for (int p = 1; p + 1 < q.k; ++p) second_range += q.link.latency_s(0, p, q.k);
+  return from_root_s(q, shard) + from_root_s(q, (q.k - 1) * shard) + second_range;
 }
 
 // Bytes rank q.rank sends in one call (comm_volume.h; its registry entry carries it): the lens of

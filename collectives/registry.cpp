@@ -179,7 +179,8 @@ const AllReduceEntry& find_collective(Collective c, const std::string& name) {
 }
 
 uint64_t schedule_sent_bytes(Collective c, const std::string& algorithm, size_t n, int k, int rank,
-                             BackendKind kind, const std::string& tune_file, int nodes) {
+                             BackendKind kind, const std::string& tune_file, int nodes,
+                             const LinkSpec& link) {
   const AllReduceEntry& e = find_collective(c, algorithm);
   DPB_CHECK(e.sent_bytes, collective_name(c) << " " << algorithm << " has no count of bytes sent");
   DPB_CHECK(k >= 1 && rank >= 0 && rank < k,
@@ -189,6 +190,7 @@ uint64_t schedule_sent_bytes(Collective c, const std::string& algorithm, size_t 
                                << nodes << " nodes of equal size");
   SentBytesQuery q{c, n, k, rank, kind, tune_file};
   q.nodes = nodes;
+  q.link = link;  // auto weighs hier on it
   return e.sent_bytes(q);
 }
 

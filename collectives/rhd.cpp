@@ -104,10 +104,11 @@ std::string rhd_allgather_refuse_ranks(int k, int /*node_ranks*/) {
 
 // Its alpha-beta cost on an emulated link (link.h; its registry entry carries it). Halving: log2 k
 // exchanges of n/2, n/4, ..., n/k with a partner (full duplex); doubling: the same sizes back:
-// 2 log2(k) L + 2(k-1)/k n/G. (k a power of two; rhd refuses other k.)
+// 2 log2(k) L + 2(k-1)/k n/G. (k a power of two; rhd refuses other k.) Across emulated nodes of g
+// ranks (a power of two too) the exchanges at distance d >= g cross, the others do not.
 double rhd_link_cost(const LinkCostQuery& q) {
   double t = 0;
-  for (int d = q.k / 2; d >= 1; d /= 2) t += 2.0 * q.link.transfer_s(q.bytes * d / q.k);
+  for (int d = q.k / 2; d >= 1; d /= 2) t += 2.0 * q.link.transfer_s(q.bytes * d / q.k, 0, d, q.k);
   return t;
 }
 // Halving alone, or doubling alone: half of it, log2(k) L + (k-1)/k n/G.

@@ -116,15 +116,17 @@ std::unique_ptr<AllReduce> make_ring_allreduce(CommGroup& group, size_t piece_fl
 }
 
 // Its alpha-beta cost on an emulated link (link.h; its registry entry carries it): 2(k-1) steps of
-// one chunk each, a transfer per rank and step with no link shared: 2(k-1) (L + n/(kG)).
+// one chunk each, a transfer per rank and step with no link shared: 2(k-1) (L + n/(kG)). Across
+// emulated nodes every step has a transfer that crosses, and the step waits for it: the slower
+// link's L and G (LinkSpec::step_s).
 double ring_link_cost(const LinkCostQuery& q) {
-  return q.k <= 1 ? 0.0 : 2.0 * (q.k - 1) * q.link.transfer_s(q.bytes / q.k);
+  return q.k <= 1 ? 0.0 : 2.0 * (q.k - 1) * q.link.step_s(q.bytes / q.k, q.k);
 }
 
 // The reduce-scatter's or the all-gather's (the whole buffer is `bytes`): half of it,
 // (k-1) (L + n/(kG)). NCCL's ring and direct's one-shot halves cost the same.
 double ring_half_link_cost(const LinkCostQuery& q) {
-  return q.k <= 1 ? 0.0 : (q.k - 1) * q.link.transfer_s(q.bytes / q.k);
+  return q.k <= 1 ? 0.0 : (q.k - 1) * q.link.step_s(q.bytes / q.k, q.k);
 }
 
 // Bytes rank q.rank sends in one call (comm_volume.h; its registry entry carries it, and nccl's

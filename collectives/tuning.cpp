@@ -141,6 +141,63 @@ std::vector<TuneRule> resolve_tuning(const TuneFile& f, BackendKind kind, int k,
   return rules;
 }
 
+std::vector<TuneRule> resolve_tuning_nodes(const TuneFile& f, BackendKind kind, int k,
+                                           const LinkSpec& link, Launcher launcher,
+                                           std::string* why) {
+  std::vector<TuneRule> flat = resolve_tuning(f, kind, k, why);
+  const int nodes = link.nodes;
+  if (nodes <= 1 || !link.enabled() || k % nodes != 0 || k / nodes < 2) return flat;
+  const AllReduceEntry* hier = find_entry(allreduce_algorithms(), "hier");
+  if (!hier || !allreduce_refusal(*hier, k, kind, launcher).empty()) {
+    *why += "; " + std::to_string(nodes) + " nodes: hier does not run here, flat rules";
+    return flat;
+  }
+  auto cost = [&](const std::string& alg, double b) {
+    return allreduce_link_cost(alg, b, k, link, kind);
+  };
+  // hier where the model says it saves more than its own error bound (the projection is checked
+  // within 15% of emulated runs: scripts/link_study.py nodes-check); a closer call keeps the rule
+  // measured on this machine.
+  constexpr double kMargin = 0.15;
+  auto hier_wins = [&](const std::string& alg, size_t b) {
+    return cost(hier->name, double(b)) < (1 - kMargin) * cost(alg, double(b));
+  };
+  // Each flat rule's range (lo, hi] split where hier's cost crosses the rule's (one crossing per
+  // range: both are sums of alpha-beta terms); the unbounded rule is weighed up to 1 TiB.
+  constexpr size_t kFar = size_t(1) << 40;
+  std::vector<TuneRule> out;
+  auto push = [&](const std::string& alg, size_t up_to, bool unbounded) {
+    if (!out.empty() && out.back().algorithm == alg) {
+      out.back().up_to_bytes = up_to;
+      out.back().unbounded = unbounded;
+    } else {
+      out.push_back(TuneRule{up_to, unbounded, alg});
+    }
+  };
+  size_t lo = 0;
+  for (const TuneRule& r : flat) {
+    const size_t hi = r.unbounded ? std::max(kFar, lo + 1) : r.up_to_bytes;
+    const bool first = hier_wins(r.algorithm, lo + 1), last = hier_wins(r.algorithm, hi);
+    if (first != last) {  // the last size with the first range's winner: bisection
+      size_t a = lo + 1, b = hi;  // winner(a) == first, winner(b) == last
+      while (b - a > 1) {
+        const size_t m = a + (b - a) / 2;
+        (hier_wins(r.algorithm, m) == first ? a : b) = m;
+      }
+      push(first ? hier->name : r.algorithm, a, false);
+    }
+    push(last ? hier->name : r.algorithm, r.up_to_bytes, r.unbounded);
+    lo = r.up_to_bytes;
+  }
+  const LinkSpec x = link.inter();
+  std::ostringstream l;  // no commas: the description fits a CSV field
+  l << link.gbps << " Gb/s " << link.latency_us << " us inside; " << x.gbps << " Gb/s "
+    << x.latency_us << " us between";
+  *why += "; " + std::to_string(nodes) + " nodes: hier where its cost on the link (" + l.str() +
+          ") is 15% lower";
+  return out;
+}
+
 std::string describe_rules(const std::vector<TuneRule>& rules) {
   std::string s;
   for (const TuneRule& r : rules) {

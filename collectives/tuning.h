@@ -13,14 +13,26 @@
 //   2. else that backend's table with the nearest rank count (the smaller on a tie), where any
 //      algorithm that refuses k ranks (e.g. rhd for k = 3) is replaced by ring;
 //   3. else (no table for the backend) ring for every size.
+// Two levels (issue 26; resolve_tuning_nodes): when the k ranks are nodes > 1 nodes on an emulated
+// link, the tables (measured on one machine) know nothing of the slow network, so auto weighs
+// hier against each rule with the cost models on that link (collectives/link.h: a flat step that
+// crosses waits for the inter-node link, hier crosses with 1/g of the data) and runs hier on the
+// sizes where hier's modeled time is at least 15% lower (the model's error bound against emulated
+// runs; a closer call keeps the rule measured here); the crossing size is found by bisection in
+// each rule's range. Without an emulated link (real nodes: their links are not known here) the flat rules
+// stand; --allreduce hier chooses it by hand.
 // The resolution is stated in the result's description (CSV column allreduce_resolved, the
-// benchmarks' JSON), e.g. "auto: direct<=32KiB; ring (default table: cpu k=2)".
+// benchmarks' JSON), e.g. "auto: direct<=32KiB; ring (default table: cpu k=2)", or on 2 x 2 nodes
+// "auto: rhd<=64KiB; hier (table t.json: cpu k=4; 2 nodes: hier where its cost on the link (...)
+// is 15% lower)".
 #pragma once
 #include <cstddef>
 #include <string>
 #include <vector>
 
+#include "collectives/link.h"
 #include "src/core/device.h"
+#include "src/core/transport.h"
 
 namespace dpb {
 
@@ -48,6 +60,13 @@ TuneFile parse_tune_json(const std::string& text, const std::string& source);
 
 // The rules for k ranks on devices of `kind`, by the rules above; `why` says which table.
 std::vector<TuneRule> resolve_tuning(const TuneFile& f, BackendKind kind, int k, std::string* why);
+// The rules for k ranks on link.nodes nodes of `link` (see above): resolve_tuning's, with hier
+// where its cost on the link is 15% lower than the rule's algorithm's, when link.nodes > 1, the
+// link is emulated (enabled), every node holds at least 2 ranks and hier runs with k ranks of this
+// kind as `launcher`; else resolve_tuning's rules. `why` adds what was weighed.
+std::vector<TuneRule> resolve_tuning_nodes(const TuneFile& f, BackendKind kind, int k,
+                                           const LinkSpec& link, Launcher launcher,
+                                           std::string* why);
 // "direct<=32KiB; ring": the rules in one line (no commas, so it fits a CSV field).
 std::string describe_rules(const std::vector<TuneRule>& rules);
 

@@ -8,6 +8,8 @@ speedup on named interconnects. Standard library for the runs; plots need matplo
   scripts/link_study.py overlap --out DIR   # ResNet-18 k=2 overlap modes, 1/5/25 MB, 2 latencies
   scripts/link_study.py check   --out DIR   # dpbench project vs dpbench train on emulated links
   scripts/link_study.py shard-check --out DIR  # the same for --shard none|optimizer|gradients|parameters
+  scripts/link_study.py nodes-check --out DIR  # two levels: project vs train on G x N emulated
+                                               # nodes, a network 10x slower, ring vs hier
   scripts/link_study.py figure  --out DIR   # predicted speedup vs devices on named links
   scripts/link_study.py plot-suite --out DIR  # DIR/sync.csv (the sync suite's emulated-link runs):
                                               # exposed communication vs bucket size, per link
@@ -23,17 +25,16 @@ import subprocess
 import sys
 import time
 
-# Named links: G in Gb/s per direction per GPU, L in us per transfer (step).
-#   PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 = 31.5 GB/s; NVLink 4 on H100: 18 links x 25 GB/s
-#   = 450 GB/s per direction (NVIDIA H100 datasheet, 900 GB/s bidirectional); Ethernet and
-#   InfiniBand NDR: the line rate. Latencies: NCCL's own model of one ring step with the Simple
-#   protocol (hwLat in src/graph/tuning.cc: NVLink 3.4 us, PCI 5.7 us, network 14 us).
-NAMED_LINKS = [
-    ("PCIe 4 x16", 252.0, 5.7),
-    ("NVLink (H100)", 3600.0, 3.4),
-    ("100 Gb Ethernet", 100.0, 14.0),
-    ("400 Gb InfiniBand", 400.0, 14.0),
-]
+# Named links: dpbench's table (collectives/named_links.cpp, with its sources; `dpbench info`
+# lists it as "named_links"), so the figure and `dpbench project --link NAME` cannot disagree.
+# The figure draws these four of them.
+FIGURE_LINKS = "pcie4 nvlink-h100 eth100 ib-ndr400".split()
+
+
+def named_links(bin_path):
+    """[(name, G Gb/s, L us)] of FIGURE_LINKS, from `dpbench info`."""
+    table = {e["name"]: e for e in json.loads(run([bin_path, "info"]))["named_links"]}
+    return [(n, table[n]["gbps"], table[n]["latency_us"]) for n in FIGURE_LINKS]
 DEVICES = [1, 2, 4, 8, 16, 32, 64]
 
 # The projection check: per model, the data subset, two emulated links (slow, fast; 50 us) and the
@@ -60,6 +61,20 @@ SHARD_CHECK = {
     "lenet": dict(args=["--model", "lenet"], batch=256, train=2048, links=[0.03],
                   sync=["--grad-sync", "per-param"], profile_steps=20),
 }
+
+# The two-level check (issue 26): `dpbench project` vs `dpbench train` on G x N emulated nodes
+# (threads, --nodes N), the network NODES_SLOWER times slower than the link inside a node (G down,
+# L up), per model: its flags, global batch, training examples, the intra-node link (Gb/s, us),
+# the gradient sync and profile steps. The links make communication a large part of a step, so
+# the flat ring and hier differ.
+NODES_CHECK = {
+    "mlp": dict(args=["--model", "mlp", "--mlp-layers", "4", "--mlp-hidden", "512",
+                      "--data", "synthetic"], batch=256, train=2048, link=(10.0, 50.0),
+                sync=["--grad-sync", "per-param"], profile_steps=10),
+    "lenet": dict(args=["--model", "lenet"], batch=256, train=2048, link=(1.0, 50.0),
+                  sync=["--grad-sync", "per-param"], profile_steps=20),
+}
+NODES_SLOWER = 10.0
 
 
 def run(cmd, **kw):
@@ -385,8 +400,68 @@ def cmd_shard_check(a):
               f"{sum(x <= 15 for x in e)}/{len(e)} within 15%")
 
 
+def cmd_nodes_check(a):
+    """dpbench project vs dpbench train on G x N emulated nodes: algorithms x overlap x shard."""
+    csv_path = os.path.join(a.out, "link-nodes-check-train.csv")
+    out_csv = os.path.join(a.out, "link-nodes-check.csv")
+    rows = []  # rows of models not run this time are kept
+    if os.path.exists(out_csv):
+        with open(out_csv) as f:
+            rows = [r for r in csv.DictReader(f) if r["model"] not in a.models]
+    for model, c in NODES_CHECK.items():
+        if model not in a.models:
+            continue
+        train = a.train_limit or c["train"]
+        gbps, lat = c["link"]
+        for shape in a.shapes:
+            per_node, nodes = (int(x) for x in shape.split("x"))
+            for alg in a.algs:
+                for mode in a.shards or ["none"]:
+                    for overlap in ("off", "on"):
+                        args = (c["args"] + ["--devices", str(per_node * nodes), "--nodes",
+                                str(nodes), "--batch", str(c["batch"]), "--allreduce", alg,
+                                "--overlap", overlap, "--shard", mode,
+                                "--link-gbps", str(gbps), "--link-latency-us", str(lat),
+                                "--node-link-gbps", str(gbps / NODES_SLOWER),
+                                "--node-link-latency-us", str(lat * NODES_SLOWER)] + c["sync"])
+                        t0 = time.time()
+                        prof = os.path.join(a.out, f"link-nodes-profile-{model}-{shape}-{alg}-"
+                                                   f"{mode}-{overlap}.json")
+                        measured, exposed, pred = measure_and_project(
+                            a, args, train, csv_path, prof, a.profile_steps or c["profile_steps"])
+                        rows.append(dict(model=model, shape=shape, devices=per_node * nodes,
+                                         nodes=nodes, link_gbps=gbps, link_latency_us=lat,
+                                         node_link_gbps=gbps / NODES_SLOWER,
+                                         node_link_latency_us=lat * NODES_SLOWER, allreduce=alg,
+                                         shard=mode, overlap=overlap,
+                                         predicted_s=round(pred["epoch_s"], 4),
+                                         measured_s=round(measured, 4),
+                                         error_pct=round((pred["epoch_s"] / measured - 1) * 100, 1),
+                                         predicted_comm_s=round(pred["comm_s"], 4),
+                                         predicted_exposed_s=round(pred["exposed_comm_s"], 4),
+                                         measured_exposed_s=round(exposed, 4),
+                                         load=round(os.getloadavg()[0], 1),
+                                         wall_s=round(time.time() - t0, 1)))
+                        write_csv(out_csv, rows)
+    print(f"\nTwo levels: projection vs emulated runs (network {NODES_SLOWER:g}x slower than the "
+          f"node's link; median of epochs 2..{a.epochs}; {machine_note()})")
+    print(f"{'model':6} {'GxN':>4} {'alg':5} {'shard':10} {'ovl':>3} {'predicted s':>11} "
+          f"{'measured s':>10} {'error':>7} {'load':>5}")
+    errs = []
+    for r in rows:
+        err = float(r["error_pct"])
+        errs.append(abs(err))
+        print(f"{r['model']:6} {r['shape']:>4} {r['allreduce']:5} {r['shard']:10} "
+              f"{r['overlap']:>3} {float(r['predicted_s']):>11.3f} {float(r['measured_s']):>10.3f} "
+              f"{err:>6.1f}% {float(r['load']):>5.1f}")
+    if errs:
+        print(f"|error| median {statistics.median(errs):.1f}%, max {max(errs):.1f}%, "
+              f"{sum(x <= 15 for x in errs)}/{len(errs)} within 15%")
+
+
 def cmd_figure(a):
     sync = ["--grad-sync", "bucketed", "--bucket-mb", "25", "--overlap", "on"]
+    links = named_links(a.bin)
     rows = []
     for model in CHECK:  # the models this study has settings for
         prof = a.profile.get(model) if a.profile else None
@@ -396,7 +471,7 @@ def cmd_figure(a):
                 # projection scales compute linearly to each device count's shard
                 run([a.bin, "project", "--model", model, "--devices", "1", "--batch", "16",
                      "--backend", a.backend, "--profile-steps", "1", "--profile-out", prof])
-        for name, gbps, lat in NAMED_LINKS:
+        for name, gbps, lat in links:
             t1 = project(a, model, 1, gbps, lat, prof, 0, sync)["epoch_s"]
             for k in DEVICES:
                 p = project(a, model, k, gbps, lat, prof, 0, sync)
@@ -412,7 +487,7 @@ def cmd_figure(a):
     plt = pyplot()
     fig, axes = plt.subplots(1, len(CHECK), figsize=(5.5 * len(CHECK), 4.2), squeeze=False)
     for ax, model in zip(axes[0], CHECK):
-        for i, (name, gbps, lat) in enumerate(NAMED_LINKS):
+        for i, (name, gbps, lat) in enumerate(links):
             r = [x for x in rows if x["model"] == model and x["link"] == name]
             ax.plot([x["devices"] for x in r], [x["speedup"] for x in r], marker=".", color=f"C{i}",
                     label=f"{name}: {gbps:g} Gb/s, {lat:g} us (projected)")
@@ -445,8 +520,8 @@ def cmd_figure(a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["micro", "overlap", "check", "shard-check", "figure",
-                                     "plot-suite"])
+    ap.add_argument("what", choices=["micro", "overlap", "check", "shard-check", "nodes-check",
+                                     "figure", "plot-suite"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--bin", default="build/dpbench")
     ap.add_argument("--micro-bin", default="build/dpbench-micro")
@@ -458,7 +533,12 @@ def main():
     ap.add_argument("--models", default="",
                     help="check, shard-check: models to run (comma list; default: the table's)")
     ap.add_argument("--shards", default="",
-                    help="shard-check: --shard modes (comma list; default: every mode)")
+                    help="shard-check: --shard modes (comma list; default: every mode); "
+                         "nodes-check: default none")
+    ap.add_argument("--shapes", default="2x2",
+                    help="nodes-check: G x N shapes (devices per node x nodes), comma list")
+    ap.add_argument("--algs", default="ring,hier",
+                    help="nodes-check: --allreduce algorithms (comma list): flat vs hierarchical")
     ap.add_argument("--gbps", type=float, default=1.0, help="micro, overlap: link bandwidth")
     ap.add_argument("--latencies", default="50,5000", help="overlap: link latencies, us")
     ap.add_argument("--batch", type=int, default=8, help="overlap: the model's global batch")
@@ -478,13 +558,16 @@ def main():
                     help="figure: MODEL=FILE one-device profile (e.g. measured on a GPU)")
     a = ap.parse_args()
     a.latencies = [float(x) for x in a.latencies.split(",")]
-    a.models = a.models.split(",") if a.models else list(SHARD_CHECK if a.what == "shard-check" else CHECK)
+    a.models = a.models.split(",") if a.models else list(
+        {"shard-check": SHARD_CHECK, "nodes-check": NODES_CHECK}.get(a.what, CHECK))
+    a.shapes = a.shapes.split(",")
+    a.algs = a.algs.split(",")
     a.shards = a.shards.split(",") if a.shards else []
     a.ks = [int(x) for x in (a.ks or ("2,4" if a.what == "shard-check" else "1,2,4")).split(",")]
     a.profile = dict(p.split("=", 1) for p in a.profile)
     os.makedirs(a.out, exist_ok=True)
     {"micro": cmd_micro, "overlap": cmd_overlap, "check": cmd_check, "shard-check": cmd_shard_check,
-     "figure": cmd_figure, "plot-suite": cmd_plot_suite}[a.what](a)
+     "nodes-check": cmd_nodes_check, "figure": cmd_figure, "plot-suite": cmd_plot_suite}[a.what](a)
 
 
 if __name__ == "__main__":

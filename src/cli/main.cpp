@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "collectives/mpi/mpi_transport.h"
+#include "collectives/named_links.h"
 #include "collectives/registry.h"
 #include "kernels/backends.h"
 #include "src/cli/selftest.h"
@@ -248,6 +249,11 @@ int run_info() {
   for (const LossEntry& l : losses()) ls.push_back({{"name", l.name}, {"help", l.help}});
   j["optimizers"] = os;
   j["losses"] = ls;
+  nlohmann::ordered_json nl = nlohmann::ordered_json::array();  // --link, --node-link
+  for (const NamedLink& l : named_links())
+    nl.push_back({{"name", l.name}, {"help", l.help}, {"gbps", l.gbps},
+                  {"latency_us", l.latency_us}});
+  j["named_links"] = nl;
   std::fputs((j.dump(2) + "\n").c_str(), stdout);
   return 0;
 }
@@ -278,7 +284,8 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& a) {
                                "devices", "batch", "lr", "optimizer", "loss", "epochs",
                                "warmup-epochs", "allreduce",
                                "tune-file", "grad-sync", "overlap", "bucket-mb", "shard", "seed", "threads",
-                               "link-gbps", "link-latency-us", "tf32", "device-mem", "train-limit",
+                               "link", "node-link", "link-gbps", "link-latency-us", "nodes",
+                               "node-link-gbps", "node-link-latency-us", "tf32", "device-mem", "train-limit",
                                "test-limit", "data-dir", "inject", "breakdown",
                                "allow-divergence", "timeout"});
   tr->add_option("--steps-csv", a.out.steps_csv,

@@ -14,6 +14,9 @@ struct ProjectArgs {
   std::unique_ptr<CliRunOptions> opts;
   std::string profile_in, profile_out;
   int profile_steps = 3, cores = -1;
+  // --compare-allreduce: one row per algorithm x --compare-shard mode (every mode by default),
+  // printed as a table (--format table) or one JSON object (--format json).
+  std::string compare_allreduce, compare_shard, format = "table";
 };
 
 // Adds the subcommand and its options to app; returns it (check ->parsed()).

@@ -572,6 +572,10 @@ void check_cost_models(const ProjectConfig& cfg, BackendKind kind) {
 Projection project(const StepProfile& prof, const ProjectConfig& cfg) {
   const int k = cfg.devices;
   DPB_CHECK(k >= 1, "--devices: must be >= 1, got " << k);
+  DPB_CHECK(cfg.link.nodes >= 1 && k % cfg.link.nodes == 0,
+            "--nodes " << cfg.link.nodes << ": the " << k
+                       << " devices must split into nodes of equal size (a divisor of --devices "
+                       << k << ")");
   DPB_CHECK(cfg.batch >= k, "--batch: the global batch (" << cfg.batch
                                 << ") is smaller than the device count (" << k << ")");
   DPB_CHECK(cfg.train_examples >= 1, "training examples must be >= 1");
@@ -620,6 +624,13 @@ nlohmann::json projection_to_json(const StepProfile& prof, const ProjectConfig& 
           {"shard", to_string(cfg.shard)},
           {"link_gbps", cfg.link.gbps},
           {"link_latency_us", cfg.link.latency_us},
+          {"link_name", cfg.link_name},
+          {"nodes", cfg.link.nodes},
+          {"devices_per_node", cfg.devices / std::max(1, cfg.link.nodes)},
+          {"node_link_gbps", cfg.link.inter().gbps},
+          {"node_link_latency_us", cfg.link.inter().latency_us},
+          {"node_link_name", cfg.node_link_name},
+          {"link", cfg.link.label()},
           {"steps", p.steps},
           {"units", p.units},
           {"shard_units", p.shard_units},

@@ -107,6 +107,9 @@ struct ProjectConfig {
   LinkSpec link;
   int cores = 0;  // CPU profiles: cores the k ranks share (0: a device each)
   ShardMode shard = ShardMode::None;  // --shard
+  // --link / --node-link names when the link is a named one as given (collectives/named_links.h;
+  // "": explicit G and L); the JSON says them beside the numbers.
+  std::string link_name, node_link_name;
 };
 
 struct Projection {
@@ -118,6 +121,12 @@ struct Projection {
   double compute_stretch = 1;  // the CPU core-sharing factor applied
 };
 
+// Two levels (issue 26): cfg.link.nodes nodes of devices / nodes devices each; every collective's
+// cost model charges the intra-node link (gbps, latency_us) inside a node and the inter-node one
+// (LinkSpec::inter) between nodes: a flat schedule's step that crosses waits for the slow link
+// (ring, direct: every step; rhd: the exchanges at distance >= g; naive: rank 0's transfers with
+// other nodes), hier runs its node and cross-node levels on each (collectives/hier.cpp).
+//
 // Throws dpb::Error when cfg's algorithm has no link cost model for a collective cfg.shard runs
 // (or, sharded, no reduce-scatter / all-gather of that name), naming it: before measuring.
 void check_cost_models(const ProjectConfig& cfg, BackendKind kind);

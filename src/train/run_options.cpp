@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "collectives/named_links.h"
 #include "collectives/registry.h"
 #include "collectives/tuning.h"
 #include "kernels/backends.h"
@@ -240,6 +241,29 @@ std::vector<RunOption> make_table() {
        [](const std::string& t) { return int_in(t, 0, kMaxThreads); },
        [](C& c, const std::string& t) { c.threads = to_int(t); },
        [](const C& c) { return std::to_string(c.threads); }},
+      // Named interconnects (collectives/named_links.h): G and L of a real link. Before
+      // --link-gbps and --link-latency-us in every front end's list, so an explicit one wins.
+      {"link", "", false, "NAME",
+       "the link between ranks (inside a node) by name, setting --link-gbps and "
+       "--link-latency-us (either given explicitly wins): " + entry_names(named_links(), " | "),
+       [](const std::string& t) { return member(named_links(), t, "link"); },
+       [](C& c, const std::string& t) {
+         const NamedLink& l = find_named_link(t);
+         c.link.gbps = l.gbps;
+         c.link.latency_us = l.latency_us;
+       },
+       nullptr},
+      {"node-link", "", false, "NAME",
+       "the link between nodes (--nodes) by name, setting --node-link-gbps and "
+       "--node-link-latency-us (either given explicitly wins): " +
+           entry_names(named_links(), " | "),
+       [](const std::string& t) { return member(named_links(), t, "link"); },
+       [](C& c, const std::string& t) {
+         const NamedLink& l = find_named_link(t, "--node-link");
+         c.link.node_gbps = l.gbps;
+         c.link.node_latency_us = l.latency_us;
+       },
+       nullptr},
       {"link-gbps", "link_gbps", false, "G",
        "emulated link between ranks: Gb/s per direction (0: no emulation); CPU backend",
        [](const std::string& t) { return link_value(t, true); },
