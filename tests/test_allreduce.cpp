@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/cpu_ranks.h"
 #include "tests/rank_threads.h"
 #include "collectives/allreduce.h"
 #include "collectives/registry.h"
@@ -24,15 +25,6 @@
 namespace dpb {
 namespace {
 
-
-struct Ranks {
-  std::vector<std::unique_ptr<Device>> devs;
-  std::vector<Device*> raw;
-  explicit Ranks(int k) {
-    for (int r = 0; r < k; ++r) devs.push_back(make_cpu_device(r, 1));
-    for (auto& d : devs) raw.push_back(d.get());
-  }
-};
 
 // Buffer r holds (r+1)*(i%7+1): every partial sum is a small integer, so float sums are exact
 // in any order, and the result is (i%7+1)*k(k+1)/2.
@@ -80,8 +72,8 @@ constexpr int kLargestBufferUpToK = 8;
 
 TEST(AllReduce, ExactSumsEveryRankEveryElement) {
   for (int k = 1; k <= 8; ++k) {
-    Ranks ranks(k);
-    CommGroup group(k, ranks.raw);
+    CpuRanks ranks(k);
+    CommGroup& group = ranks.group;
     for (const std::string& algo : portable_algorithms(k)) {
       auto ar = make_allreduce(algo, group);
       EXPECT_EQ(ar->name(), algo);
@@ -98,8 +90,8 @@ TEST(AllReduce, PipelinedRingExactSums) {
   // Force the pipelined schedule (which the CPU default uses only above 8 MB) at small sizes,
   // including pieces of one float and chunks shorter than the piece count.
   for (int k : {2, 3, 4, 8}) {
-    Ranks ranks(k);
-    CommGroup group(k, ranks.raw);
+    CpuRanks ranks(k);
+    CommGroup& group = ranks.group;
     for (size_t piece : {size_t(1), size_t(3), size_t(1000)}) {
       auto ar = make_ring_allreduce(group, piece);
       for (size_t n : {size_t(1), size_t(k + 1), size_t(1000), size_t(10007)})
@@ -107,8 +99,8 @@ TEST(AllReduce, PipelinedRingExactSums) {
     }
   }
   // The CPU default: large enough to pipeline (k * n * 4 bytes above 8 MB).
-  Ranks ranks(3);
-  CommGroup group(3, ranks.raw);
+  CpuRanks ranks(3);
+  CommGroup& group = ranks.group;
   check_allreduce(*make_allreduce("ring", group), group, 3000001, 1);
 }
 
@@ -127,8 +119,8 @@ TEST(AllReduce, ChunksCoverTheBuffer) {
 }
 
 TEST(AllReduce, FactoryErrors) {
-  Ranks ranks(2);
-  CommGroup group(2, ranks.raw);
+  CpuRanks ranks(2);
+  CommGroup& group = ranks.group;
   try {
     make_allreduce("tree", group);
     FAIL() << "no error for an unknown algorithm";
@@ -164,8 +156,8 @@ TEST(AllReduce, RefusedRankCountsNameTheAlgorithmAndK) {
       }
       EXPECT_NE(why.find(e.name), std::string::npos) << why;
       EXPECT_NE(why.find(std::to_string(k)), std::string::npos) << why;
-      Ranks ranks(k);
-      CommGroup group(k, ranks.raw);
+      CpuRanks ranks(k);
+      CommGroup& group = ranks.group;
       EXPECT_THROW(make_allreduce(e.name, group), Error) << e.name << " k=" << k;
     }
     EXPECT_GT(accepted, 0) << e.name;
@@ -183,8 +175,8 @@ TEST(AllReduce, LaunchersOfTheTable) {
       ++process_only;
       EXPECT_NE(threads.find("mpirun"), std::string::npos) << e.name << ": " << threads;
       EXPECT_EQ(procs, "") << e.name;
-      Ranks ranks(2);
-      CommGroup group(2, ranks.raw);
+      CpuRanks ranks(2);
+      CommGroup& group = ranks.group;
       EXPECT_THROW(make_allreduce(e.name, group), Error) << e.name;
     } else if (e.launchers == AllReduceEntry::kThreads) {  // hier: threads only (for now)
       EXPECT_EQ(threads, "") << e.name;
@@ -208,8 +200,8 @@ TEST(AllReduce, FormatBytes) {
 
 TEST(CommGroup, AbortWakesWaitingRanks) {
   for (int k : {2, 3}) {
-    Ranks ranks(k);
-    CommGroup group(k, ranks.raw);
+    CpuRanks ranks(k);
+    CommGroup& group = ranks.group;
     std::atomic<int> threw{0};
     on_ranks(k, [&](int r) {
       if (r == k - 1) {
@@ -265,7 +257,7 @@ TEST(HostBarrier, PollingAndSleepingWaitersStayInStep) {
 
 TEST(CommGroup, BarrierSpinDefaultAndOverride) {
   const unsigned hw = std::thread::hardware_concurrency();
-  Ranks two(2);
+  RankDevices two(2);
   {
     unsetenv("DPB_SPIN_US");
     CommGroup group(2, two.raw);
@@ -273,8 +265,8 @@ TEST(CommGroup, BarrierSpinDefaultAndOverride) {
   }
   if (hw > 0) {
     const int k = int(hw) + 1;  // more ranks than hardware threads: waiters sleep at once
-    Ranks many(k);
-    CommGroup group(k, many.raw);
+    CpuRanks many(k);
+    CommGroup& group = many.group;
     EXPECT_EQ(group.barrier_spin_ns(), 0);
   }
   if (hw > 0) {

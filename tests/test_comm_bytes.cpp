@@ -14,8 +14,8 @@
 
 #include "collectives/comm_volume.h"
 #include "collectives/registry.h"
-#include "kernels/cpu/cpu_device.h"
 #include "src/core/check.h"
+#include "tests/cpu_ranks.h"
 #include "tests/rank_threads.h"
 
 namespace dpb {
@@ -46,11 +46,8 @@ void check_call(CommGroup& group, Collective c, const std::string& name, AllRedu
 TEST(CommBytes, MeasuredEqualsScheduleEveryAlgorithmCpuThreads) {
   int checked = 0;
   for (int k = 2; k <= 4; ++k) {
-    std::vector<std::unique_ptr<Device>> devs;
-    std::vector<Device*> raw;
-    for (int r = 0; r < k; ++r) devs.push_back(make_cpu_device(r, 1));
-    for (auto& d : devs) raw.push_back(d.get());
-    CommGroup group(k, raw);
+    CpuRanks ranks(k);
+    CommGroup& group = ranks.group;
     for (Collective c : kCollectives)
       for (const AllReduceEntry& e : collective_algorithms(c)) {
         if (!allreduce_refusal(e, k, BackendKind::Cpu, Launcher::Threads).empty()) continue;
@@ -69,11 +66,8 @@ TEST(CommBytes, MeasuredEqualsScheduleEveryAlgorithmCpuThreads) {
 // same bytes as the plain one: pipelining cuts chunks, it does not add to them.
 TEST(CommBytes, PipelinedRingSendsTheSame) {
   const int k = 3;
-  std::vector<std::unique_ptr<Device>> devs;
-  std::vector<Device*> raw;
-  for (int r = 0; r < k; ++r) devs.push_back(make_cpu_device(r, 1));
-  for (auto& d : devs) raw.push_back(d.get());
-  CommGroup group(k, raw);
+  CpuRanks ranks(k);
+  CommGroup& group = ranks.group;
   for (Collective c : kCollectives) {
     auto ring = make_ring_collective(group, c, /*piece_floats=*/1);
     for (size_t n : {size_t(7), size_t(1000)}) check_call(group, c, "ring", *ring, n);
@@ -107,11 +101,8 @@ TEST(CommBytes, ScheduleCountsMatchTheTextbookVolumes) {
 }
 
 TEST(CommBytes, CountSentAddsAndRefusals) {
-  std::vector<std::unique_ptr<Device>> devs;
-  std::vector<Device*> raw;
-  for (int r = 0; r < 2; ++r) devs.push_back(make_cpu_device(r, 1));
-  for (auto& d : devs) raw.push_back(d.get());
-  CommGroup group(2, raw);
+  CpuRanks ranks(2);
+  CommGroup& group = ranks.group;
   EXPECT_EQ(group.sent_bytes(0), 0u);
   group.count_sent(1, 40);
   group.count_sent(1, 2);

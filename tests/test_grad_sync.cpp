@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/cpu_ranks.h"
 #include "tests/rank_threads.h"
 #include "collectives/grad_sync.h"
 #include "collectives/registry.h"
@@ -96,17 +97,14 @@ TEST(GradSync, ParseMode) {
 // (r+1+s)*(i%7+1), so the reduced value (i%7+1)*(k(k+1)/2 + k*s) is exact.
 void check_sync(int k, const std::string& algo, const GradSyncConfig& cfg, bool forward_order) {
   const int steps = 3;
-  std::vector<std::unique_ptr<Device>> devs;
-  std::vector<Device*> raw;
-  for (int r = 0; r < k; ++r) devs.push_back(make_cpu_device(r, 1));
-  for (auto& d : devs) raw.push_back(d.get());
-  CommGroup group(k, raw);
+  CpuRanks ranks(k);
+  CommGroup& group = ranks.group;
   auto ar = make_allreduce(algo, group);
   size_t n = 0;
   for (size_t s : kLeNet) n += s;
   const int P = int(kLeNet.size());
   on_ranks(k, [&](int r) {
-    Device& dev = *raw[r];
+    Device& dev = *ranks.raw[r];
     Buffer grads(dev, n, MemCategory::Temporaries, "grads");
     GradSync sync(cfg, kLeNet, *ar, dev, r, grads.get());
     std::vector<float> host(n);
@@ -154,10 +152,8 @@ TEST(GradSync, ExactReducedGradients) {
 // Overlap adds a communication thread per rank: the group polls as for 2k threads.
 TEST(GradSync, OverlapAdaptsBarrierSpin) {
   unsetenv("DPB_SPIN_US");
-  std::vector<std::unique_ptr<Device>> devs;
-  std::vector<Device*> raw;
-  for (int r = 0; r < 2; ++r) devs.push_back(make_cpu_device(r, 1)), raw.push_back(devs.back().get());
-  CommGroup group(2, raw);
+  CpuRanks ranks(2);
+  CommGroup& group = ranks.group;
   const long before = group.barrier_spin_ns();
   adapt_barrier_spin(group, GradSyncConfig{SyncMode::Bucketed, false, 25.0});
   EXPECT_EQ(group.barrier_spin_ns(), before);  // no comm threads: unchanged
@@ -221,18 +217,15 @@ TEST(GradSync, CommThreadErrorSurfacesFromFinish) {
 
 TEST(GradSync, FailureOnOneRankReachesEveryRank) {
   const int k = 2;
-  std::vector<std::unique_ptr<Device>> devs;
-  std::vector<Device*> raw;
-  for (int r = 0; r < k; ++r) devs.push_back(make_cpu_device(r, 1));
-  for (auto& d : devs) raw.push_back(d.get());
-  CommGroup group(k, raw);
+  CpuRanks ranks(k);
+  CommGroup& group = ranks.group;
   auto ring = make_allreduce("ring", group);
   FailingAllReduce failing(ring.get(), 1);  // rank 1's second call fails before communicating
   std::atomic<int> threw{0};
   on_ranks(k, [&](int r) {
-    Buffer grads(*raw[r], 129068, MemCategory::Temporaries, "grads");
+    Buffer grads(*ranks.raw[r], 129068, MemCategory::Temporaries, "grads");
     AllReduce& ar = r == 1 ? static_cast<AllReduce&>(failing) : *ring;
-    GradSync sync(config(SyncMode::PerParam, true), kLeNet, ar, *raw[r], r, grads.get());
+    GradSync sync(config(SyncMode::PerParam, true), kLeNet, ar, *ranks.raw[r], r, grads.get());
     for (int p = 7; p >= 0; --p) sync.grad_ready(p);
     try {
       sync.finish();
@@ -247,13 +240,12 @@ TEST(GradSync, FailureOnOneRankReachesEveryRank) {
 
 TEST(GradSync, DestructorWithCommunicationInFlightDoesNotHang) {
   // Rank 0 launches its units, then fails before finish(); rank 1 never takes part.
-  std::vector<std::unique_ptr<Device>> devs;
-  for (int r = 0; r < 2; ++r) devs.push_back(make_cpu_device(r, 1));
-  CommGroup group(2, {devs[0].get(), devs[1].get()});
+  CpuRanks ranks(2);
+  CommGroup& group = ranks.group;
   auto ar = make_allreduce("ring", group);
-  Buffer grads(*devs[0], 129068, MemCategory::Temporaries, "grads");
+  Buffer grads(*ranks.raw[0], 129068, MemCategory::Temporaries, "grads");
   {
-    GradSync sync(config(SyncMode::PerParam, true), kLeNet, *ar, *devs[0], 0, grads.get());
+    GradSync sync(config(SyncMode::PerParam, true), kLeNet, *ar, *ranks.raw[0], 0, grads.get());
     for (int p = 7; p >= 0; --p) sync.grad_ready(p);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

@@ -29,6 +29,7 @@
 #include "kernels/cpu/cpu_device.h"
 #include "src/core/check.h"
 #include "src/core/launcher.h"
+#include "tests/cpu_ranks.h"
 #include "tests/rank_threads.h"
 
 namespace dpb {
@@ -39,15 +40,10 @@ std::unique_ptr<Device> make_test_device(BackendKind kind, int rank) {
                                     : make_cpu_device(rank, 1);
 }
 
-struct Ranks {
-  std::vector<std::unique_ptr<Device>> devs;
-  std::vector<Device*> raw;
-  std::unique_ptr<CommGroup> group;
-  Ranks(BackendKind kind, int k, const LinkSpec& link = {}) {
-    for (int r = 0; r < k; ++r) devs.push_back(make_test_device(kind, r));
-    for (auto& d : devs) raw.push_back(d.get());
-    group = std::make_unique<CommGroup>(k, raw, link);
-  }
+// k ranks of `kind` (cpu_ranks.h) and their group.
+struct Ranks : CpuRanks {
+  Ranks(BackendKind kind, int k, const LinkSpec& link = {})
+      : CpuRanks(k, link, [kind](int r) { return make_test_device(kind, r); }) {}
 };
 
 const char* op_label(Collective c) { return c == Collective::AllReduce ? "rs+ag" : collective_name(c); }
@@ -118,14 +114,14 @@ void check_every_algorithm(BackendKind kind) {
         EXPECT_EQ(why.empty(), allreduce_refusal(g, k, kind).empty()) << e.name;
         continue;
       }
-      auto rs = make_reducescatter(e.name, *ranks.group);
-      auto ag = make_allgather(e.name, *ranks.group);
+      auto rs = make_reducescatter(e.name, ranks.group);
+      auto ag = make_allgather(e.name, ranks.group);
       EXPECT_EQ(rs->name(), e.name);
       EXPECT_EQ(ag->name(), e.name);
       // One group and one object per collective for all sizes: repeated calls, sizes changing.
       for (size_t n : odd_sizes(k, kind == BackendKind::Cpu))
         for (Collective op : {Collective::ReduceScatter, Collective::AllGather, Collective::AllReduce})
-          check_threads(op, rs.get(), ag.get(), *ranks.group, n,
+          check_threads(op, rs.get(), ag.get(), ranks.group, n,
                         e.name + " on " + backend_kind_name(kind));
     }
   }
@@ -144,19 +140,19 @@ TEST(ShardCollectives, PipelinedRingExact) {
   for (int k : {2, 3, 4}) {
     Ranks ranks(BackendKind::Cpu, k);
     for (size_t piece : {size_t(1), size_t(3), size_t(97)}) {
-      auto rs = make_ring_collective(*ranks.group, Collective::ReduceScatter, piece);
-      auto ag = make_ring_collective(*ranks.group, Collective::AllGather, piece);
+      auto rs = make_ring_collective(ranks.group, Collective::ReduceScatter, piece);
+      auto ag = make_ring_collective(ranks.group, Collective::AllGather, piece);
       for (size_t n : {size_t(1), size_t(k + 1), size_t(1000), size_t(10007)}) {
         if (piece == 1 && n > 1000) continue;  // a barrier per float: seconds, nothing new
         for (Collective op : {Collective::ReduceScatter, Collective::AllGather, Collective::AllReduce})
-          check_threads(op, rs.get(), ag.get(), *ranks.group, n, "ring, pieces of " + std::to_string(piece));
+          check_threads(op, rs.get(), ag.get(), ranks.group, n, "ring, pieces of " + std::to_string(piece));
       }
     }
   }
   Ranks ranks(BackendKind::Cpu, 3);
-  auto rs = make_reducescatter("ring", *ranks.group), ag = make_allgather("ring", *ranks.group);
+  auto rs = make_reducescatter("ring", ranks.group), ag = make_allgather("ring", ranks.group);
   for (Collective op : {Collective::ReduceScatter, Collective::AllGather})
-    check_threads(op, rs.get(), ag.get(), *ranks.group, 3000001, "ring, CPU pipeline");
+    check_threads(op, rs.get(), ag.get(), ranks.group, 3000001, "ring, CPU pipeline");
 }
 
 // The ring all-reduce runs its halves' steps in one pipeline, in the chunk order it always had:
@@ -180,9 +176,9 @@ TEST(ShardCollectives, RingAllReduceSumsInItsOriginalOrder) {
         want[i] = acc;
       }
     for (size_t piece : {size_t(0), size_t(97)}) {
-      auto ar = make_ring_allreduce(*ranks.group, piece);
+      auto ar = make_ring_allreduce(ranks.group, piece);
       on_ranks(k, [&](int r) {
-        Device& dev = ranks.group->device(r);
+        Device& dev = ranks.group.device(r);
         Buffer buf(dev, n, MemCategory::Temporaries, "ring order buffer");
         dev.upload(buf.get(), in[size_t(r)].data(), n);
         ar->run(r, buf.get(), n);
@@ -202,19 +198,19 @@ TEST(ShardCollectives, EmulatedLinkExactAndPaced) {
   const size_t n = 100003;          // 400 KB
   for (int k : {2, 3}) {
     Ranks ranks(BackendKind::Cpu, k, link);
-    ASSERT_TRUE(ranks.group->paced());
+    ASSERT_TRUE(ranks.group.paced());
     for (Collective c : {Collective::ReduceScatter, Collective::AllGather})
       for (const AllReduceEntry& e : collective_algorithms(c)) {
         if (!allreduce_refusal(e, k, BackendKind::Cpu).empty()) continue;
         ASSERT_TRUE(e.link_paced && e.link_cost) << e.name;
-        auto coll = make_collective(c, e.name, *ranks.group);
-        check_threads(c, coll.get(), coll.get(), *ranks.group, n, e.name + " on a link");
+        auto coll = make_collective(c, e.name, ranks.group);
+        check_threads(c, coll.get(), coll.get(), ranks.group, n, e.name + " on a link");
         const double model = e.link_cost(LinkCostQuery{double(n * sizeof(float)), k, link});
         std::vector<float> zeros(n, 0.f);
         on_ranks(k, [&](int r) {
-          Device& dev = ranks.group->device(r);
+          Device& dev = ranks.group.device(r);
           Buffer buf(dev, n, MemCategory::Temporaries, "link buffer");
-          ranks.group->barrier(r);
+          ranks.group.barrier(r);
           const auto t0 = std::chrono::steady_clock::now();
           coll->run(r, buf.get(), n);
           const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -245,7 +241,7 @@ TEST(ShardCollectives, TablesAndRefusals) {
     Ranks three(BackendKind::Cpu, 3);
     auto expect_refused = [&](const std::string& alg, const std::string& text) {
       try {
-        make_collective(c, alg, *three.group);
+        make_collective(c, alg, three.group);
         ADD_FAILURE() << alg << " accepted";
       } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "collectives/allreduce.h"
-#include "kernels/cpu/cpu_device.h"
 #include "src/core/check.h"
 #include "src/core/watchdog.h"
+#include "tests/cpu_ranks.h"
 #include "tests/rank_threads.h"
 
 namespace dpb {
@@ -179,11 +179,8 @@ TEST(Watchdog, ThreadsGroupTimesOutNamingTheRankThatNeverArrived) {
   // Three CPU ranks; ranks 0 and 2 enter an all-reduce, rank 1 never does. The watchdog's
   // handler (here: record, then abort the group so that the waiters return) gets the verdict.
   const int k = 3;
-  std::vector<std::unique_ptr<Device>> devs;
-  std::vector<Device*> raw;
-  for (int r = 0; r < k; ++r) devs.push_back(make_cpu_device(r, 1));
-  for (auto& d : devs) raw.push_back(d.get());
-  CommGroup group(k, raw);
+  CpuRanks ranks(k);
+  CommGroup& group = ranks.group;
   auto ar = make_allreduce("ring", group);
   std::mutex mu;
   std::string verdict;
