@@ -50,8 +50,9 @@ def _num(v, default=0.0):
 
 
 def run_args(out_dir, suite):
-    """{scenario: its `dpbench train` arguments} from DIR/manifest.json (what the CSV lacks: the
-    nodes and the link between them, where its columns do not record them)."""
+    """{scenario: its `dpbench train` arguments} from DIR/manifest.json: the nodes and the link
+    between them of a CSV from before its nodes, node_link_gbps and node_link_latency_us columns
+    (the CSV's, where present, also count DPB_NODES, which the command does not show)."""
     path = os.path.join(out_dir, "manifest.json")
     if not os.path.exists(path):
         return {}
@@ -80,12 +81,15 @@ def step_rows(out_dir, suite=SUITE):
         if node_gbps is None:  # a CSV without the columns: the run's command
             node_gbps = _num(arg_value(cmd, "--node-link-gbps"))
             node_lat = _num(arg_value(cmd, "--node-link-latency-us"))
+        gbps, lat = _num(e0.get("link_gbps")), _num(e0.get("link_latency_us"))
+        if not node_gbps and not node_lat:  # 0 and 0: between nodes as inside one (link.h)
+            node_gbps, node_lat = gbps, lat
         out.append({
             "scenario": scenario, "model": e0["model"],
             "launcher": "mpi" if scenario.endswith(MPI_SUFFIX) or e0.get("launcher") == "mpi"
             else "threads",
             "allreduce": e0["allreduce"], "devices": k, "nodes": nodes,
-            "link": link_words(_num(e0.get("link_gbps")), _num(e0.get("link_latency_us"))),
+            "link": link_words(gbps, lat),
             "node_link": link_words(node_gbps, node_lat or 0.0),
             "global_batch": int(e0["global_batch"]), "steps": steps, "epochs": len(eps),
             "step_s": epoch / steps if epoch else None,

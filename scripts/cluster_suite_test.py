@@ -7,7 +7,9 @@ does; the 8 x 8 projections at 64 devices whatever --devices says; not a default
 report and figures on a recorded micro curve (scripts/cluster_report.py, plots/cluster_plots.py),
 and, given a build folder whose dpbench takes --nodes, the real quick LeNet runs (ring, hier; a
 smaller data subset) and the projections: the CSVs, the step table with hier's ratio to the ring,
-the projection table, summary.txt's section and the figures (where matplotlib is). Under a minute.
+the projection table, summary.txt's section and the figures (where matplotlib is); the step
+table's nodes and links from the CSV's columns, or the manifest's commands for older CSVs. Under
+a minute.
   python3 scripts/cluster_suite_test.py [BUILD_DIR]      (ctest cluster_suite)
 """
 import csv
@@ -132,6 +134,60 @@ class Report(unittest.TestCase):
                 self.assertFalse(os.path.exists(os.path.join(out, "plots", "micro_busbw.png")))
 
 
+def step_folder(out, with_columns):
+    """A results folder of two cluster runs (ring, hier on 4 ranks): a CSV with the two-level
+    columns (nodes from DPB_NODES: the command has no --nodes) or an older one without them
+    (the manifest's command has --nodes and the link between nodes)."""
+    cols = ["suite", "scenario", "impl", "model", "allreduce", "devices", "launcher",
+            "global_batch", "train_examples", "epoch", "epoch_s", "exposed_comm_s", "comm_bytes",
+            "link_gbps", "link_latency_us", "busy", "load_avg_start"]
+    cols += ["nodes", "node_link_gbps", "node_link_latency_us"] if with_columns else []
+    cmds = []
+    with open(os.path.join(out, "cluster.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, lineterminator="\n", extrasaction="ignore")
+        w.writeheader()
+        for alg, epoch_s in (("ring", 2.0), ("hier", 1.0)):
+            name = f"lenet-{alg}-2x2"
+            for epoch in (1, 2):
+                w.writerow({"suite": "cluster", "scenario": name, "impl": "dpbench",
+                            "model": "lenet", "allreduce": alg, "devices": 4,
+                            "launcher": "threads", "global_batch": 256, "train_examples": 1024,
+                            "epoch": epoch, "epoch_s": epoch_s, "exposed_comm_s": 0.1,
+                            "comm_bytes": 1000, "link_gbps": 100, "link_latency_us": 1,
+                            "busy": "", "load_avg_start": 1.0, "nodes": 2,
+                            "node_link_gbps": 10, "node_link_latency_us": 0})
+            args = ["train", "--devices", "4", "--allreduce", alg]
+            args += [] if with_columns else ["--nodes", "2", "--node-link-gbps", "10"]
+            cmds.append({"suite": "cluster", "scenario": name, "cmd": args})
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump({"commands": cmds}, f)
+
+
+class StepColumns(unittest.TestCase):
+    """The step table's nodes and links: the CSV's columns, else (older CSVs) the command's."""
+    def test_columns_and_fallback(self):
+        for with_columns in (True, False):
+            with tempfile.TemporaryDirectory() as out:
+                step_folder(out, with_columns)
+                rows = {r["allreduce"]: r for r in cr.step_rows(out)}
+                self.assertEqual(set(rows), {"ring", "hier"})
+                for r in rows.values():
+                    self.assertEqual(r["nodes"], 2, with_columns)
+                    self.assertEqual(r["link"], "100 Gb/s 1 us")
+                    self.assertEqual(r["node_link"], "10 Gb/s 0 us", with_columns)
+                self.assertAlmostEqual(rows["hier"]["vs_ring"], 0.5)
+
+    def test_no_link_between_nodes_is_the_node_link(self):
+        with tempfile.TemporaryDirectory() as out:
+            step_folder(out, True)
+            path = os.path.join(out, "cluster.csv")
+            with open(path) as f:
+                text = f.read().replace(",10,0\n", ",0,0\n")  # node_link_gbps, _latency_us
+            with open(path, "w") as f:
+                f.write(text)
+            self.assertEqual({r["node_link"] for r in cr.step_rows(out)}, {"100 Gb/s 1 us"})
+
+
 def takes_nodes(binary, cmd):
     r = subprocess.run([binary, cmd, "--help"], capture_output=True, text=True)
     return "--nodes" in r.stdout
@@ -155,6 +211,9 @@ class RealQuick(unittest.TestCase):
             steps = {x["allreduce"]: x for x in cr.step_rows(out)}
             self.assertEqual(set(steps), {"ring", "hier"})
             self.assertEqual(steps["hier"]["nodes"], 2)
+            with open(os.path.join(out, "cluster.csv")) as f:  # the CSV records the two levels
+                hier = next(r for r in csv.DictReader(f) if r["allreduce"] == "hier")
+            self.assertEqual(hier["nodes"], "2")
             self.assertIsNotNone(steps["hier"]["vs_ring"])
             self.assertGreater(steps["ring"]["step_s"], 0)
             subprocess.run([sys.executable, RUN_SUITE, "summary", out], check=True,

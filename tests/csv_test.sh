@@ -2,7 +2,8 @@
 # csv_test.sh BUILD_DIR: dpbench's --csv and --dump-params outputs. A bad output path is
 # refused before the data is even loaded, naming the path as given; a symlinked CSV stays a link; a
 # read-only one is left alone; a run stopped by SIGTERM or SIGINT keeps the rows of its finished
-# epochs, whole, with no temporary file left. Exit 77 (ctest: skipped) without the dataset.
+# epochs, whole, with no temporary file left; the two-level settings (nodes, the link between
+# them) are in the rows. Exit 77 (ctest: skipped) without the dataset.
 set -u
 BIN="$1/dpbench"
 DATA=/usr/share/datasets/fashion-mnist
@@ -37,6 +38,21 @@ mkdir "$tmp/runs"; ln -s runs/a.csv "$tmp/latest.csv"
 [ "$(wc -l < "$tmp/runs/a.csv")" = 3 ] || { fail "symlink target rows"; cat "$tmp/runs/a.csv"; }
 
 ls -a "$tmp" "$tmp/runs" | grep -q '\.tmp\.\|\.probe\.' && fail "temporary file left: $(ls -a "$tmp")"
+
+# Two levels (issue 26): nodes as the run split its ranks (--nodes, else DPB_NODES) and the link
+# between nodes are columns.
+two_level() {  # two_level CSV WANT (nodes,node_link_gbps,node_link_latency_us of the last row)
+  got=$(python3 -c 'import csv,sys; r=list(csv.DictReader(open(sys.argv[1])))[-1]
+print(",".join(r[c] for c in ("nodes", "node_link_gbps", "node_link_latency_us")))' "$1")
+  [ "$got" = "$2" ] && echo "ok: $1: nodes,node_link_gbps,node_link_latency_us = $got" ||
+    fail "$1: nodes,node_link_gbps,node_link_latency_us = '$got', want '$2'"
+}
+TWO=(train --devices 2 --batch 64 --train-limit 256 --test-limit 64 --epochs 1 --quiet)
+"$BIN" "${TWO[@]}" --nodes 2 --node-link-gbps 20 --node-link-latency-us 5 --csv "$tmp/nodes.csv" ||
+  fail "run with --nodes 2"
+two_level "$tmp/nodes.csv" "2,20,5"
+DPB_NODES=2 "$BIN" "${TWO[@]}" --csv "$tmp/env-nodes.csv" || fail "run with DPB_NODES=2"
+two_level "$tmp/env-nodes.csv" "2,0,0"
 
 # Interrupted runs: the CSV holds every finished epoch, each row whole. (A signal during the ~0.1 ms
 # of a write could leave a .tmp file, so that is not checked here.) set -m: without job control a

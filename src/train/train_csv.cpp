@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "collectives/allreduce.h"
 #include "kernels/backends.h"
 #include "src/core/registry.h"
 #include "src/model/model.h"
@@ -176,6 +177,18 @@ const std::vector<CsvColumn>& train_csv_columns() {
        [](Run r, Ep) { return num(r.cfg.link.gbps); }},
       {"link_latency_us", kNum, "emulated link latency per transfer, us (0: none)",
        [](Run r, Ep) { return num(r.cfg.link.latency_us); }},
+      // Two levels (issue 26, collectives/link.h): the nodes as the run split its ranks.
+      {"nodes", kNum,
+       "emulated nodes the ranks were split into (--nodes, else DPB_NODES; 1: one node)",
+       [](Run r, Ep) { return integer(with_env_nodes(r.cfg.link).nodes); }},
+      {"node_link_gbps", kNum,
+       "emulated link between nodes, Gb/s per direction (0 with node_link_latency_us 0: the "
+       "link_gbps of a node)",
+       [](Run r, Ep) { return num(r.cfg.link.node_gbps); }},
+      {"node_link_latency_us", kNum,
+       "emulated link between nodes: latency per transfer, us (0 with node_link_gbps 0: the "
+       "link_latency_us of a node)",
+       [](Run r, Ep) { return num(r.cfg.link.node_latency_us); }},
       {"device_mem_bytes", kNum, "--device-mem: each device's capacity, bytes (0: its own memory)",
        [](Run r, Ep) { return std::to_string(r.cfg.device_mem); }},
       {"peak_mem_bytes", kNum,
