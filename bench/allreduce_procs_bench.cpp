@@ -13,7 +13,8 @@
 //     the ranks (nccl-tests -a); wrong: elements off the exact sum, over all ranks, in a check
 //     outside the timed loop (rank r holds (r+1)*((i%5)+1)); sent_bytes, sent_bytes_schedule:
 //     rank 0's bytes sent in that call, measured and the schedule's (allreduce_bench.cpp). Only
-//     rank 0 reports (bench/main.cpp).
+//     rank 0 reports (bench/main.cpp). hier runs on the processes' nodes: emulated with
+//     --dpb_nodes / DPB_NODES (mpirun -np 4 with DPB_NODES=2: 2 x 2), else the real ones.
 //   reducescatter/<backend>/<algorithm>/procs:<K>/bytes:<n>, allgather/...
 //     The same for the tables of collectives/shard.h (mpi: MPI_Reduce_scatter_block,
 //     MPI_Allgather), with their bus factor (k-1)/k and wrong as in allreduce_bench.cpp.
@@ -141,7 +142,8 @@ void bm_allreduce_procs(benchmark::State& st, BenchEnv& env, const std::string& 
     st.counters["bytes"] = double(bytes);
     st.counters["sent_bytes"] = double(g->sent);
     st.counters["sent_bytes_schedule"] = double(
-        schedule_sent_bytes(op, alg, g->n, k, g->rank, b.kind, env.cfg().run.tune_file));
+        schedule_sent_bytes(op, alg, g->n, k, g->rank, b.kind, env.cfg().run.tune_file,
+                            g->group->nodes()));  // hier: its node split
     if (g->ar->describe() != alg) st.SetLabel("ran " + g->ar->choice(g->n) + " | " + g->ar->describe());
   } catch (const std::exception& e) {
     mpi_abort_job(env.cfg().proc_rank, name + ": " + e.what());

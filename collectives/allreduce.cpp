@@ -96,30 +96,52 @@ CommGroup::CommGroup(int k, std::vector<Device*> devices, const LinkSpec& link, 
 
 const CommGroup::Levels& CommGroup::levels() {
   std::call_once(levels_once_, [&] {
+    DPB_CHECK(nodes_refusal_.empty(), "node and cross-node groups (--allreduce hier): "
+                                          << nodes_refusal_);
     const int n = nodes_, g = ranks_per_node();
-    auto sub = [&](std::vector<int> members) {
-      auto c = std::make_unique<CommGroup>(make_group_view(*t_, members));
-      c->parent_ = this;
-      c->members_ = std::move(members);
-      return c;
+    std::vector<std::vector<int>> node(static_cast<size_t>(n)), cross(static_cast<size_t>(g));
+    for (int j = 0; j < n; ++j)
+      for (int l = 0; l < g; ++l) {
+        node[size_t(j)].push_back(j * g + l);
+        cross[size_t(l)].push_back(j * g + l);
+      }
+    // Collective (Transport::split): every process splits the nodes, then the cross groups.
+    auto sub = [&](const std::vector<std::vector<int>>& parts,
+                   std::vector<std::unique_ptr<CommGroup>>& out) {
+      std::vector<std::unique_ptr<Transport>> ts = t_->split(parts);
+      DPB_CHECK(ts.size() == parts.size(), "sub-groups: " << ts.size() << " transports for "
+                                                          << parts.size() << " parts");
+      for (size_t i = 0; i < parts.size(); ++i) {
+        if (!ts[i]) {  // no rank of this process in it
+          out.push_back(nullptr);
+          continue;
+        }
+        auto c = std::make_unique<CommGroup>(std::move(ts[i]));
+        c->parent_ = this;
+        c->members_ = parts[i];
+        out.push_back(std::move(c));
+      }
     };
-    for (int j = 0; j < n; ++j) {
-      std::vector<int> m;
-      for (int l = 0; l < g; ++l) m.push_back(j * g + l);
-      levels_.node.push_back(sub(std::move(m)));
-    }
-    for (int l = 0; l < g; ++l) {
-      std::vector<int> m;
-      for (int j = 0; j < n; ++j) m.push_back(j * g + l);
-      levels_.cross.push_back(sub(std::move(m)));
-    }
+    sub(node, levels_.node);
+    sub(cross, levels_.cross);
   });
   return levels_;
+}
+
+CommGroup& CommGroup::level(const std::vector<std::unique_ptr<CommGroup>>& v, int i, int rank) {
+  DPB_CHECK(is_local(rank), "node and cross-node groups: rank " << rank
+                                << " is not a rank of this process (each process holds its own "
+                                   "ranks' sub-groups)");
+  return *v[size_t(i)];
 }
 
 CommGroup::CommGroup(std::unique_ptr<Transport> transport) : t_(std::move(transport)) {
   DPB_CHECK(t_, "CommGroup: null transport");
   sent_ = std::make_unique<SentCounter[]>(size_t(t_->size()));
+  nodes_ = t_->nodes();
+  nodes_refusal_ = t_->nodes_refusal();
+  DPB_CHECK(nodes_ >= 1 && t_->size() % nodes_ == 0,
+            "CommGroup: " << t_->size() << " ranks on " << nodes_ << " nodes of unequal size");
 }
 
 // ---------------------------------------------------------------- make_allreduce

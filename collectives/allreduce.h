@@ -70,12 +70,15 @@ class HostBarrier {
 //
 // Two levels (issue 26): the group's ranks are nodes() nodes of ranks_per_node() ranks, numbered
 // node by node (threads: link.nodes emulated nodes, or DPB_NODES when link.nodes is 1,
-// collectives/link.h; a group over another
-// transport: one node). node_group(r) is the ranks of r's node (member i: local rank i),
-// cross_group(r) the ranks with r's local rank, one per node (member j: node j): sub-groups over
-// the same transport (make_group_view, group_view.cpp), made on first use, so any algorithm of
-// the tables runs inside either (collectives/hier.cpp runs on both). Their sends count in this
-// group's sent_bytes too.
+// collectives/link.h; processes: the MPI transport's nodes, Transport::nodes: emulated ones from
+// --nodes / DPB_NODES, else the real nodes when they hold equal numbers of ranks numbered node by
+// node). node_group(r) is the ranks of r's node (member i: local rank i), cross_group(r) the ranks
+// with r's local rank, one per node (member j: node j): sub-groups split from the same transport
+// (Transport::split: views of the threads transport, group_view.cpp; MPI_Comm_split for
+// processes), made on first use (collective: every process's first call makes them all), so any
+// algorithm of the tables runs inside either (collectives/hier.cpp runs on both). A process holds
+// only the sub-groups of its own ranks: node_group(r) and cross_group(r) take a local rank r.
+// Their sends count in this group's sent_bytes too.
 class CommGroup {
  public:
   CommGroup(int k, std::vector<Device*> devices, const LinkSpec& link = {});
@@ -84,8 +87,8 @@ class CommGroup {
   int ranks_per_node() const { return size() / nodes_; }
   int node_of(int rank) const { return rank / ranks_per_node(); }
   int local_rank(int rank) const { return rank % ranks_per_node(); }
-  CommGroup& node_group(int rank) { return *levels().node[size_t(node_of(rank))]; }
-  CommGroup& cross_group(int rank) { return *levels().cross[size_t(local_rank(rank))]; }
+  CommGroup& node_group(int rank) { return level(levels().node, node_of(rank), rank); }
+  CommGroup& cross_group(int rank) { return level(levels().cross, local_rank(rank), rank); }
   int size() const { return t_->size(); }
   Launcher launcher() const { return t_->launcher(); }
   int processes() const { return t_->processes(); }
@@ -161,12 +164,14 @@ class CommGroup {
     std::vector<std::unique_ptr<CommGroup>> node, cross;
   };
   const Levels& levels();
+  CommGroup& level(const std::vector<std::unique_ptr<CommGroup>>& v, int i, int rank);
   // Declared before t_: the sub-groups' views hold t_ and outlive it only in their destructors.
   Levels levels_;
   std::once_flag levels_once_;
   std::unique_ptr<Transport> t_;
   std::unique_ptr<SentCounter[]> sent_;  // one per rank
   int nodes_ = 1;
+  std::string nodes_refusal_;  // why the ranks do not split into nodes (Transport::nodes_refusal)
   CommGroup* parent_ = nullptr;  // a sub-group: its ranks' numbers in parent_ (members_)
   std::vector<int> members_;
 };
@@ -174,6 +179,13 @@ class CommGroup {
 // A sub-group of parent's ranks as a transport (group_view.cpp): view rank i is parent rank
 // members[i]; every member a rank of this process. CommGroup's node and cross-node groups.
 std::unique_ptr<Transport> make_group_view(Transport& parent, std::vector<int> members);
+// Transport::split by views of t (threads: every rank of every part is t's): one per part.
+std::vector<std::unique_ptr<Transport>> split_into_views(Transport& t,
+                                                         const std::vector<std::vector<int>>& parts);
+// Ranks on nodes: node_of[r] is rank r's node (any ids). Sets nodes to their count and returns ""
+// when they hold equal numbers of ranks numbered node by node (node j: ranks j g .. j g + g - 1);
+// else nodes = 1 and why not (naming the counts), for two-level groups (Transport::nodes).
+std::string node_layout(const std::vector<int>& node_of, int& nodes);
 // `link` with its node count from the environment variable DPB_NODES when link.nodes is 1
 // (--nodes wins); throws dpb::Error naming a bad value.
 LinkSpec with_env_nodes(LinkSpec link);

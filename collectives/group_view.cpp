@@ -7,7 +7,11 @@
 // every member, barrier, as the threads transport's). Several views of one parent run at once
 // (every node's group, every cross-node group) on disjoint ranks. The parent's abort wakes the
 // views' waiters (Transport::watch_abort); a view's abort aborts the parent. CommGroup's node and
-// cross-node groups are views (CommGroup::node_group, cross_group). Tested by tests/test_hier.cpp.
+// cross-node groups are views (CommGroup::node_group, cross_group) over the threads transport
+// (split_into_views is its Transport::split); processes split an MPI transport instead
+// (collectives/mpi/mpi_transport.h). node_layout: whether ranks on given nodes form a two-level
+// group (the MPI transport's real nodes). Tested by tests/test_hier.cpp.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -142,6 +146,43 @@ class GroupView final : public Transport {
 
 std::unique_ptr<Transport> make_group_view(Transport& parent, std::vector<int> members) {
   return std::make_unique<GroupView>(parent, std::move(members));
+}
+
+std::vector<std::unique_ptr<Transport>> split_into_views(Transport& t,
+                                                         const std::vector<std::vector<int>>& parts) {
+  std::vector<std::unique_ptr<Transport>> out;
+  for (const std::vector<int>& p : parts) out.push_back(make_group_view(t, p));
+  return out;
+}
+
+std::string node_layout(const std::vector<int>& node_of, int& nodes) {
+  nodes = 1;
+  const int k = int(node_of.size());
+  std::vector<int> ids;     // the nodes in order of their first rank
+  std::vector<int> counts;  // ranks per node, same order
+  std::vector<int> index(node_of.size());
+  for (int r = 0; r < k; ++r) {
+    const auto it = std::find(ids.begin(), ids.end(), node_of[size_t(r)]);
+    index[size_t(r)] = int(it - ids.begin());
+    if (it == ids.end()) {
+      ids.push_back(node_of[size_t(r)]);
+      counts.push_back(0);
+    }
+    ++counts[size_t(index[size_t(r)])];
+  }
+  const int n = int(ids.size());
+  if (n <= 1) return "";
+  std::string per;
+  for (int c : counts) per += (per.empty() ? "" : ", ") + std::to_string(c);
+  bool ok = k % n == 0;
+  for (int r = 0; ok && r < k; ++r) ok = index[size_t(r)] == r / (k / n);
+  if (!ok)
+    return "the " + std::to_string(k) + " ranks are on " + std::to_string(n) +
+           " nodes holding " + per + " ranks, not equal numbers of ranks numbered node by node "
+           "(launch with as many ranks on every node, placed by node: mpirun --map-by "
+           "ppr:G:node, srun --distribution=block)";
+  nodes = n;
+  return "";
 }
 
 }  // namespace dpb

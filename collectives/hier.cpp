@@ -1,5 +1,5 @@
 // hier.cpp: the hierarchical all-reduce, reduce-scatter and all-gather (issue 26), written once
-// over the group's two levels (CommGroup::node_group, cross_group: views of the same transport),
+// over the group's two levels (CommGroup::node_group, cross_group: split from the same transport),
 // each level running a flat algorithm of the tables (AllReduceOptions::hier_intra inside a node,
 // hier_cross across nodes; ring by default). Rank r = j g + l is local rank l of node j (g ranks
 // per node, N nodes, k = N g). As NCCL, Horovod and the MPI libraries do, only 1/g of the data
@@ -17,8 +17,10 @@
 //     their places, then per node region the node's all-gather.
 // Exact on every split (tests/test_hier.cpp: 2 x 2, 3 x 2, 2 x 3, n = 1, 7, 1000, 65539); its bytes
 // sent (hier_sent_bytes) are its inner collectives' counts, its link cost theirs on the intra-
-// and inter-node links (link.h). Threads only for now: the sub-groups are views of the threads
-// transport (Transport::publish).
+// and inter-node links (link.h). Ranks as threads (the sub-groups: views of the threads transport)
+// or as processes (MPI sub-communicators: shared memory inside a node, messages across; emulated
+// nodes under mpirun with DPB_NODES): each process makes the inner collectives of the sub-groups
+// that hold its ranks only (tests/mpi_hier_test.sh).
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -51,13 +53,28 @@ class HierCollective final : public AllReduce {
       : group_(group), op_(op), scratch_(size_t(group.size())) {
     const int nodes = group.nodes(), g = group.ranks_per_node();
     const Collective cross = op;  // across nodes: the same collective (the all-reduce's 1/g)
+    // Only the sub-groups that hold a rank of this process (threads: all; a process: its own).
+    auto local_in = [&](int first, int stride) {
+      for (int i = 0; i < (stride == 1 ? g : nodes); ++i)
+        if (group.is_local(first + i * stride)) return first + i * stride;
+      return -1;
+    };
     for (int j = 0; j < nodes; ++j) {
-      CommGroup& ng = group.node_group(j * g);
+      const int r = local_in(j * g, 1);
+      if (r < 0) {
+        node_rs_.push_back(nullptr);
+        node_ag_.push_back(nullptr);
+        continue;
+      }
+      CommGroup& ng = group.node_group(r);
       node_rs_.push_back(make_collective(Collective::ReduceScatter, opts.hier_intra, ng, opts));
       node_ag_.push_back(make_collective(Collective::AllGather, opts.hier_intra, ng, opts));
     }
-    for (int l = 0; l < g; ++l)
-      cross_.push_back(make_collective(cross, opts.hier_cross, group.cross_group(l), opts));
+    for (int l = 0; l < g; ++l) {
+      const int r = local_in(l, g);
+      cross_.push_back(r < 0 ? nullptr
+                             : make_collective(cross, opts.hier_cross, group.cross_group(r), opts));
+    }
   }
   std::string name() const override { return "hier"; }
 
@@ -119,8 +136,9 @@ class HierCollective final : public AllReduce {
 
   CommGroup& group_;
   Collective op_;
-  std::vector<std::unique_ptr<AllReduce>> node_rs_, node_ag_;  // per node
-  std::vector<std::unique_ptr<AllReduce>> cross_;              // per local rank
+  // per node, per local rank; nullptr where no rank of this process is
+  std::vector<std::unique_ptr<AllReduce>> node_rs_, node_ag_;
+  std::vector<std::unique_ptr<AllReduce>> cross_;
   std::vector<Buffer> scratch_;                                // per rank (reduce-scatter, all-gather)
 };
 

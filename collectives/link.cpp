@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "collectives/allreduce.h"
 #include "collectives/registry.h"
 #include "src/core/check.h"
 
@@ -203,10 +204,21 @@ namespace {
 class PacedTransport final : public Transport {
  public:
   PacedTransport(std::unique_ptr<Transport> inner, std::shared_ptr<LinkFabric> fabric)
-      : in_(std::move(inner)), fab_(std::move(fabric)) {
+      : in_(std::move(inner)), fab_(std::move(fabric)), space_(in_.get()) {
     DPB_CHECK(fab_->size() == in_->size(), "emulated link: a fabric of " << fab_->size()
                                                << " ranks for a group of " << in_->size());
     for (int r = 0; r < in_->size(); ++r) shared_ = shared_ && in_->is_local(r);
+  }
+  // A sub-group of processes (split): its rank r is the fabric's rank fab_rank[r], of `space`
+  // (the transport the fabric was made for), so that every pair is charged the intra- or
+  // inter-node spec of its ranks in the whole group (LinkSpec::crosses).
+  PacedTransport(std::unique_ptr<Transport> inner, std::shared_ptr<LinkFabric> fabric,
+                 std::vector<int> fab_rank, const Transport* space)
+      : in_(std::move(inner)), fab_(std::move(fabric)), fab_rank_(std::move(fab_rank)),
+        space_(space), shared_(false) {
+    DPB_CHECK(int(fab_rank_.size()) == in_->size(), "emulated link: " << fab_rank_.size()
+                                                        << " fabric ranks for a sub-group of "
+                                                        << in_->size());
   }
   Transport& inner() { return *in_; }
   const LinkFabric& fabric() const { return *fab_; }
@@ -216,7 +228,8 @@ class PacedTransport final : public Transport {
     if (shared_) {
       step_by_move(rank, sends, recvs);
     } else {
-      const auto done = book_step(*fab_, *in_, rank, sends, recvs);
+      const auto done = fab_rank_.empty() ? book_step(*fab_, *in_, rank, sends, recvs)
+                                          : book_translated(rank, sends, recvs);
       in_->step(rank, sends, recvs, false);  // the moves, at host speed
       link_sleep_until(done);                // before the fence: peers wait for the link too
     }
@@ -224,9 +237,25 @@ class PacedTransport final : public Transport {
   }
   void fence(int rank) override { in_->fence(rank); }
   bool paced() const override { return true; }
-  void issue(int rank, LinkFabric::Clock::time_point t) override { fab_->issue(rank, t); }
-  double link_send_seconds(int rank) const override { return fab_->send_busy_seconds(rank); }
-  double link_recv_seconds(int rank) const override { return fab_->recv_busy_seconds(rank); }
+  void issue(int rank, LinkFabric::Clock::time_point t) override { fab_->issue(fr(rank), t); }
+  double link_send_seconds(int rank) const override { return fab_->send_busy_seconds(fr(rank)); }
+  double link_recv_seconds(int rank) const override { return fab_->recv_busy_seconds(fr(rank)); }
+  // Threads (every rank here): views of this transport, paced as its steps. Processes: the inner
+  // transport's sub-groups, each paced on this fabric with its ranks translated.
+  std::vector<std::unique_ptr<Transport>> split(
+      const std::vector<std::vector<int>>& parts) override {
+    if (shared_) return split_into_views(*this, parts);
+    std::vector<std::unique_ptr<Transport>> subs = in_->split(parts);
+    for (size_t i = 0; i < subs.size() && i < parts.size(); ++i) {
+      if (!subs[i]) continue;
+      std::vector<int> map;
+      for (int m : parts[i]) map.push_back(fr(m));
+      subs[i] = std::make_unique<PacedTransport>(std::move(subs[i]), fab_, std::move(map), space_);
+    }
+    return subs;
+  }
+  int nodes() const override { return in_->nodes(); }
+  std::string nodes_refusal() const override { return in_->nodes_refusal(); }
 
   Launcher launcher() const override { return in_->launcher(); }
   int size() const override { return in_->size(); }
@@ -282,8 +311,23 @@ class PacedTransport final : public Transport {
     if (!pulls.empty() || !puts.empty()) in_->step(rank, pulls, puts, false);
   }
 
+  int fr(int rank) const { return fab_rank_.empty() ? rank : fab_rank_[size_t(rank)]; }
+  // book_step of a sub-group's step, in the fabric's ranks.
+  LinkFabric::Clock::time_point book_translated(int rank, std::span<const SendOp> sends,
+                                                std::span<const RecvOp> recvs) {
+    std::vector<SendOp> s(sends.begin(), sends.end());
+    std::vector<RecvOp> r(recvs.begin(), recvs.end());
+    for (SendOp& o : s) o.to = fr(o.to);
+    for (RecvOp& o : r) o.from = fr(o.from);
+    return book_step(*fab_, *space_, fr(rank), s, r);
+  }
+
   std::unique_ptr<Transport> in_;
   std::shared_ptr<LinkFabric> fab_;
+  std::vector<int> fab_rank_;  // a sub-group's ranks in the fabric (empty: the same)
+  // Whose ranks the fabric's are (book_step asks it which are local): in_, or for a sub-group
+  // the whole group's transport (alive while its sub-groups work: CommGroup's levels).
+  const Transport* space_;
   bool shared_ = true;  // every rank is in this process and books its own moves on fab_
 };
 

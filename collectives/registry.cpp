@@ -53,7 +53,7 @@ const std::vector<AllReduceEntry>& allreduce_algorithms() {
        "all-gather in the node (--nodes)", {}, nullptr,
        [](CommGroup& g, const AllReduceOptions& o) {
          return make_hier_collective(g, Collective::AllReduce, o);
-       }, 0, hier_link_cost, hier_sent_bytes, AllReduceEntry::kThreads},
+       }, 0, hier_link_cost, hier_sent_bytes},
       {"auto", "per message size, the algorithm of a tuning table measured here (--tune-file)",
        {}, nullptr, make_auto_allreduce, 0, auto_link_cost, auto_sent_bytes,
        AllReduceEntry::kBoth, nullptr,
@@ -98,7 +98,7 @@ const std::vector<AllReduceEntry>& reducescatter_algorithms() {
              rhd_half_link_cost, rhd_sent_bytes}),
       of(c, {"hier", "reduce-scatter in the node per node's region, then across nodes (--nodes)", {}, nullptr,
              [](CommGroup& g, const AllReduceOptions& o) { return make_hier_collective(g, c, o); },
-             0, hier_half_link_cost, hier_sent_bytes, AllReduceEntry::kThreads}),
+             0, hier_half_link_cost, hier_sent_bytes}),
       of(c, {"nccl", "ncclReduceScatter (uneven shards: ncclReduce per shard, grouped)",
              {BackendKind::Cuda}, nccl_refuse_ranks,
              [](CommGroup& g, const AllReduceOptions&) { return make_nccl_collective(g, c); }, 0,
@@ -132,7 +132,7 @@ const std::vector<AllReduceEntry>& allgather_algorithms() {
              rhd_half_link_cost, rhd_sent_bytes}),
       of(c, {"hier", "all-gather across nodes, then in the node per node's region (--nodes)", {}, nullptr,
              [](CommGroup& g, const AllReduceOptions& o) { return make_hier_collective(g, c, o); },
-             0, hier_half_link_cost, hier_sent_bytes, AllReduceEntry::kThreads}),
+             0, hier_half_link_cost, hier_sent_bytes}),
       of(c, {"nccl", "ncclAllGather (uneven shards: ncclBroadcast per shard, grouped)",
              {BackendKind::Cuda}, nccl_refuse_ranks,
              [](CommGroup& g, const AllReduceOptions&) { return make_nccl_collective(g, c); }, 0,

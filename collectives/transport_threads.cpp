@@ -53,6 +53,10 @@ class ThreadTransport final : public Transport {
   }
 
   // Sub-group views (group_view.cpp): a view publishes here and keeps its own barrier.
+  std::vector<std::unique_ptr<Transport>> split(
+      const std::vector<std::vector<int>>& parts) override {
+    return split_into_views(*this, parts);
+  }
   void publish(int rank, float* buf) override { ptrs_[rank] = buf; }
   void watch_abort(std::function<void(const std::string& why)> wake) override {
     std::lock_guard<std::mutex> lk(why_mu_);

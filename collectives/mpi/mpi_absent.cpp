@@ -25,6 +25,7 @@ std::unique_ptr<Transport> make_mpi_transport(Device&, int, int, const LinkSpec&
 void mpi_allreduce_sum(Transport&, int, float*, size_t) { throw Error(no_mpi()); }
 void mpi_reduce_scatter_sum(Transport&, int, float*, size_t) { throw Error(no_mpi()); }
 void mpi_allgather(Transport&, int, float*, size_t) { throw Error(no_mpi()); }
+bool mpi_direct_path(Transport&) { return false; }
 void mpi_abort_job(int rank, const std::string& msg, int code) {
   std::fprintf(stderr, "dpbench: %s\n", rank_error_message(rank, msg).c_str());  // no "rank R: " twice
   std::exit(code);

@@ -43,15 +43,33 @@ bool mpi_built() { return true; }
 
 namespace {
 
-// This process's rank among, and the number of, the processes of `comm` on its node.
-void node_rank_size(MPI_Comm comm, int rank, int& node_rank, int& node_size) {
+// This process's rank among, and the number of, the processes of `comm` on its node; leader:
+// the node's first rank in comm (the node's name in node_layout).
+void node_rank_size(MPI_Comm comm, int rank, int& node_rank, int& node_size,
+                    int* leader = nullptr) {
   MPI_Comm node;
   MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
             "processes of this node");
   MPI_Comm_rank(node, &node_rank);
   MPI_Comm_size(node, &node_size);
+  if (leader) {
+    *leader = rank;
+    MPI_CHECK(MPI_Allreduce(&rank, leader, 1, MPI_INT, MPI_MIN, node), "the node's first rank");
+  }
   MPI_Comm_free(&node);
 }
+
+// What a transport and the sub-groups split from it share (one per whole group, by its ranks):
+// each rank's node (emulated --nodes / DPB_NODES, else the real one) and, when CPU processes
+// share memory, this process's arena and its node peers' arenas mapped here.
+struct ProcShared {
+  std::vector<int> node;                          // by rank: its node's id
+  std::unique_ptr<ShmArena> arena;                // null: no shared memory
+  std::vector<std::unique_ptr<ShmMapping>> maps;  // the node peers' arenas
+  std::vector<char*> bases;                       // by rank: its arena here (nullptr: not mapped)
+  std::vector<pid_t> pids;                        // by rank
+  bool required = false;                          // DPB_SHM=1
+};
 
 }  // namespace
 
@@ -97,7 +115,9 @@ namespace {
 
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(Device& dev, int rank, int size)
+  // The whole group: rank `rank` of `size` over a duplicate of MPI_COMM_WORLD, on `nodes`
+  // emulated nodes (1: the real ones).
+  MpiTransport(Device& dev, int rank, int size, int nodes)
       : dev_(dev), rank_(rank), size_(size) {
     int world = 0, me = 0;
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world), "world");
@@ -107,6 +127,10 @@ class MpiTransport final : public Transport {
                                                << world);
     DPB_CHECK(dev.rank() == rank, "MPI transport: the device is rank " << dev.rank()
                                                                        << "'s, not rank " << rank);
+    DPB_CHECK(nodes >= 1 && size % nodes == 0,
+              "--nodes (DPB_NODES) " << nodes << ": the " << size << " processes must split into "
+                                     << "emulated nodes of equal size (a divisor of " << size << ")");
+    for (int r = 0; r < size; ++r) whole_.push_back(r);
     {
       // The set-up's collective calls wait for every process too: watched on a board of this
       // rank alone (a peer stopped before its group exists still ends the job with exit 5).
@@ -117,17 +141,63 @@ class MpiTransport final : public Transport {
       MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
       host_ = dev.kind() == BackendKind::Cpu;  // CPU: device memory is host memory, synchronous
       spin_ns_ = default_barrier_spin_ns(size);
-      setup_shm();
+      setup_shm(nodes);
     }
-    // The watchdog's view (src/core/watchdog.h): with shared memory every rank's slot, in its
-    // arena's header; over messages this rank's only (a wait then names the peer it waits on).
-    std::vector<WatchSlot*> peers;
-    if (arena_)
-      for (int p = 0; p < size_; ++p) peers.push_back(&header(p)->watch);
-    board_ = std::make_unique<WatchBoard>(size_, rank_, arena_ ? &header(rank_)->watch : nullptr,
-                                          peers);
+    make_board();
+  }
+  // A sub-group of `parent` (split): MPI_Comm_split of its communicator by color (the part this
+  // rank is in) and key (its place there); whole: the sub-group's ranks in the whole group.
+  // Collective over the parent's ranks. It shares the parent's arenas: its direct path runs on
+  // buffers from the parent's alloc() too (hier's are).
+  MpiTransport(MpiTransport& parent, int color, int key, std::vector<int> whole)
+      : dev_(parent.dev_), rank_(key), size_(int(whole.size())), whole_(std::move(whole)),
+        sh_(parent.sh_) {
+    {
+      WatchBoard setup_board(size_, rank_, nullptr, {});  // as the whole group's set-up
+      WatchLabel label(setup_board.local_slot(rank_), "the MPI sub-group's set-up");
+      WaitScope watched(setup_board.local_slot(rank_), WaitKind::Library);
+      MPI_CHECK(MPI_Comm_split(parent.comm_, color, key, &comm_),
+                "rank " << parent.rank_ << ", sub-group " << color);
+      MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+      int me = -1, n = 0;
+      MPI_CHECK(MPI_Comm_rank(comm_, &me), "sub-group");
+      MPI_CHECK(MPI_Comm_size(comm_, &n), "sub-group");
+      DPB_CHECK(me == rank_ && n == size_, "MPI sub-group " << color << ": rank " << me << " of "
+                                               << n << ", expected " << rank_ << " of " << size_
+                                               << " (did every process split alike?)");
+      host_ = parent.host_;
+      spin_ns_ = parent.spin_ns_;
+      setup_sub_shm();
+    }
+    make_board();
   }
   ~MpiTransport() override { MPI_Comm_free(&comm_); }
+
+  // Every process calls it with the same parts (CommGroup::levels): one MPI_Comm_split.
+  std::vector<std::unique_ptr<Transport>> split(
+      const std::vector<std::vector<int>>& parts) override {
+    int color = -1, key = -1, total = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      total += int(parts[i].size());
+      for (size_t m = 0; m < parts[i].size(); ++m)
+        if (parts[i][m] == rank_) {
+          DPB_CHECK(color < 0, "sub-groups: rank " << rank_ << " is in two parts");
+          color = int(i);
+          key = int(m);
+        }
+    }
+    DPB_CHECK(color >= 0 && total == size_, "sub-groups: the parts hold " << total << " of "
+                                                << size_ << " ranks"
+                                                << (color < 0 ? ", not rank " : "")
+                                                << (color < 0 ? std::to_string(rank_) : ""));
+    std::vector<int> whole;
+    for (int m : parts[size_t(color)]) whole.push_back(whole_[size_t(m)]);
+    std::vector<std::unique_ptr<Transport>> out(parts.size());
+    out[size_t(color)] = std::make_unique<MpiTransport>(*this, color, key, std::move(whole));
+    return out;
+  }
+  int nodes() const override { return nodes_; }
+  std::string nodes_refusal() const override { return nodes_refusal_; }
 
   Launcher launcher() const override { return Launcher::Mpi; }
   int size() const override { return size_; }
@@ -149,14 +219,16 @@ class MpiTransport final : public Transport {
   // applies), given back by arena_owner_.
   Buffer alloc(int rank, size_t n, MemCategory cat, const char* what) override {
     check(rank);
-    if (!arena_) {
+    if (!arena()) {
       reserve_staging(n);
       return Buffer(dev_, n, cat, what);
     }
+    // Over messages from the arena: a group across nodes, whose node groups go direct on it.
+    if (!direct_ok_) reserve_staging(n);
     dev_.memory().reserve(n * sizeof(float), cat, what);
     float* p = nullptr;
     try {
-      p = arena_->alloc(n, what);
+      p = arena()->alloc(n, what);
     } catch (...) {
       dev_.memory().unreserve(n * sizeof(float), cat);
       throw;
@@ -172,16 +244,16 @@ class MpiTransport final : public Transport {
     check(rank);
     buf_ = buf;
     direct_ = false;
-    if (!arena_) return;
+    if (!direct_ok_) return;
     const int slot = int(begins_++ & 1);
-    header(rank_)->published[slot].store(arena_->offset_of(buf));
+    header(rank_)->published[slot].store(arena()->offset_of(buf));
     shm_barrier();
     for (int p = 0; p < size_; ++p) {
       const int64_t off = header(p)->published[slot].load();
-      DPB_CHECK(off >= 0 || !required_, "DPB_SHM=1 but rank " << p << "'s buffer of this "
+      DPB_CHECK(off >= 0 || !sh_->required, "DPB_SHM=1 but rank " << p << "'s buffer of this "
                                         "collective is not from CommGroup::alloc (shared memory)");
       if (off < 0) return;
-      ptrs_[p] = reinterpret_cast<float*>(bases_[p] + off);
+      ptrs_[p] = reinterpret_cast<float*>(base(p) + off);
     }
     direct_ = true;
   }
@@ -251,7 +323,7 @@ class MpiTransport final : public Transport {
 
   void barrier(int rank) override {
     check(rank);
-    if (arena_) return shm_barrier();  // CPU only: nothing queued to order
+    if (direct_ok_) return shm_barrier();  // CPU only: nothing queued to order
     if (!host_) {
       dev_.comm_synchronize();
       upload_pending_ = false;
@@ -346,41 +418,85 @@ class MpiTransport final : public Transport {
 
   [[noreturn]] void abort(int rank, const std::string& why) override {
     aborted_ = true;
-    if (arena_) header(0)->barrier.abort();
+    if (direct_ok_) header(0)->barrier.abort();
     mpi_abort_job(rank, why);
   }
   bool aborted() const override { return aborted_; }
+  bool direct_ok() const { return direct_ok_; }
   WatchBoard* watch_board() override { return board_.get(); }
 
  private:
   static constexpr int kTag = 15;
 
-  // At the start of every rank's arena: what it publishes; rank 0's also holds the barrier.
+  // A transport's control block in every rank's arena (the whole group's: at the arena's start;
+  // a sub-group's: allocated in it): what it publishes; rank 0's also holds the barrier.
   struct Header {
     ShmBarrier barrier;
     std::atomic<int64_t> published[2];
     WatchSlot watch;  // this rank's wait slot, read by every process's watchdog
   };
   static_assert(sizeof(Header) <= ShmArena::kHeader);
-  Header* header(int r) const { return reinterpret_cast<Header*>(bases_[r]); }
+  ShmArena* arena() const { return sh_ ? sh_->arena.get() : nullptr; }
+  char* base(int r) const { return sh_->bases[size_t(whole_[size_t(r)])]; }  // rank r's arena
+  Header* header(int r) const { return reinterpret_cast<Header*>(base(r) + ctl_off_[size_t(r)]); }
+  // The direct path may serve this group: shared memory, every member's arena mapped here, every
+  // member on one node (emulated nodes too: across them, messages as between machines).
+  bool members_direct() const {
+    if (!arena() || size_ < 2) return false;
+    for (int p = 0; p < size_; ++p)
+      if (!base(p) || sh_->node[size_t(whole_[size_t(p)])] != sh_->node[size_t(whole_[0])])
+        return false;
+    return true;
+  }
+  // The watchdog's view (src/core/watchdog.h): with shared memory the slots of every member on
+  // this node, in the control blocks; over messages this rank's only (a wait then names the peer
+  // it waits on). A sub-group's board names its own ranks.
+  void make_board() {
+    std::vector<WatchSlot*> peers(size_t(size_), nullptr);
+    if (arena()) {
+      pids_.clear();
+      for (int p = 0; p < size_; ++p) {
+        pids_.push_back(sh_->pids[size_t(whole_[size_t(p)])]);
+        if (base(p)) peers[size_t(p)] = &header(p)->watch;
+      }
+    }
+    ptrs_.assign(size_t(size_), nullptr);
+    board_ = std::make_unique<WatchBoard>(size_, rank_, arena() ? &header(rank_)->watch : nullptr,
+                                          peers);
+  }
+  // A sub-group's control block: in this process's arena, its offset told to every member.
+  void setup_sub_shm() {
+    ctl_off_.assign(size_t(size_), 0);
+    if (!arena()) return;
+    float* c = arena()->alloc((sizeof(Header) + sizeof(float) - 1) / sizeof(float),
+                              "MPI sub-group control block");
+    new (c) Header();
+    const int64_t off = arena()->offset_of(c);
+    MPI_CHECK(MPI_Allgather(&off, 1, MPI_INT64_T, ctl_off_.data(), 1, MPI_INT64_T, comm_),
+              "rank " << rank_ << ", exchanging the sub-group's control blocks");
+    direct_ok_ = members_direct();
+  }
 
   void shm_barrier() { header(0)->barrier.arrive_and_wait(size_, spin_ns_, pids_, rank_, slot()); }
   WatchSlot* slot() const { return board_ ? board_->local_slot(rank_) : nullptr; }
 
-  // Collective: the direct path when every rank is a CPU process of this node; each makes a
-  // sparse arena and maps every peer's through /proc/<pid>/fd. Any rank that fails sends the
-  // whole group back to messages, with a note from the rank that failed. DPB_SHM=0: messages
-  // always; DPB_SHM=1: the direct path for every collective, or an error saying why not.
-  void setup_shm() {
+  // Collective, the whole group's set-up. Nodes: each rank's real node (MPI_Comm_split_type),
+  // the emulated ones when `nodes` > 1 (ranks r / (size / nodes)), every process's `nodes` the
+  // same. Shared memory when every rank is a CPU process: each makes a sparse arena and maps its
+  // node peers' through /proc/<pid>/fd. Any rank that fails sends the whole group back to
+  // messages, with a note from the rank that failed. The direct path then serves every group
+  // (this one, its sub-groups) whose members are on one node (members_direct). DPB_SHM=0:
+  // messages always; DPB_SHM=1: the direct path for every collective of a group on one node, or
+  // an error saying why not.
+  void setup_shm(int nodes) {
     const char* env = std::getenv("DPB_SHM");
     if (env && !*env) env = nullptr;  // set but empty: the default
     DPB_CHECK(!env || !std::strcmp(env, "0") || !std::strcmp(env, "1"),
               "environment variable DPB_SHM='" << env << "' must be 0 (MPI messages between the "
                                                  "processes of a node) or 1 (shared memory)");
     const bool off = env && !std::strcmp(env, "0"), required = env && !std::strcmp(env, "1");
-    required_ = required;
-    int node_rank = 0, local = 0;
-    node_rank_size(comm_, rank_, node_rank, local);
+    int node_rank = 0, local = 0, leader = rank_;
+    node_rank_size(comm_, rank_, node_rank, local, &leader);
     DPB_CHECK(!required || size_ < 2 || (host_ && local == size_),
               "DPB_SHM=1 but the direct path needs every rank on this node's CPU backend ("
                   << size_ << " ranks, " << local << " on this node, backend " << dev_.name()
@@ -388,11 +504,10 @@ class MpiTransport final : public Transport {
     // One answer for every rank: a rank that cannot or may not take the direct path (DPB_SHM=0,
     // another backend) sends all to messages, so their collectives stay the same (ranks whose
     // DPB_SHM or backend differ are then named by check_ranks_agree, src/train/agree.h).
-    int want = !(off || !host_ || size_ < 2 || local != size_), all_want = want;
+    int want = !(off || !host_ || size_ < 2), all_want = want;
     if (size_ >= 2)
       MPI_CHECK(MPI_Allreduce(&want, &all_want, 1, MPI_INT, MPI_MIN, comm_),
                 "rank " << rank_ << ", agreeing on the direct path");
-    if (!all_want) return;
     size_t mb = 65536;  // virtual: pages cost memory once written
     if (const char* e = std::getenv("DPB_SHM_ARENA_MB")) {
       char* end = nullptr;
@@ -403,30 +518,55 @@ class MpiTransport final : public Transport {
       mb = size_t(v);
     }
     struct Info {
-      int64_t pid, fd, bytes;
-    } mine{int64_t(getpid()), -1, 0};
+      int64_t pid, fd, bytes, leader, nodes;
+    } mine{int64_t(getpid()), -1, 0, leader, nodes};
+    auto sh = std::make_shared<ProcShared>();
+    sh->required = required;
     std::string why;
-    try {
-      arena_ = std::make_unique<ShmArena>(mb << 20);
-      new (arena_->header()) Header();
-      mine.fd = arena_->fd();
-      mine.bytes = int64_t(arena_->bytes());
+    if (all_want) try {
+      sh->arena = std::make_unique<ShmArena>(mb << 20);
+      new (sh->arena->header()) Header();  // the whole group's control block
+      mine.fd = sh->arena->fd();
+      mine.bytes = int64_t(sh->arena->bytes());
     } catch (const Error& e) {
       why = e.what();
     }
     std::vector<Info> all(static_cast<size_t>(size_));
     MPI_CHECK(MPI_Allgather(&mine, sizeof(Info), MPI_BYTE, all.data(), sizeof(Info), MPI_BYTE,
                             comm_),
-              "rank " << rank_ << ", exchanging shared-memory handles");
-    bases_.assign(size_t(size_), nullptr);
+              "rank " << rank_ << ", exchanging nodes and shared-memory handles");
+    // The nodes: emulated, or the real ones when they hold equal ranks numbered node by node.
+    std::vector<int> real(static_cast<size_t>(size_));
+    for (int p = 0; p < size_; ++p) {
+      DPB_CHECK(all[size_t(p)].nodes == nodes,
+                "--nodes (DPB_NODES): rank " << p << " splits the processes into "
+                                             << all[size_t(p)].nodes << " nodes, rank " << rank_
+                                             << " into " << nodes << ": give every process the same");
+      real[size_t(p)] = int(all[size_t(p)].leader);
+    }
+    int real_nodes = 1;
+    nodes_refusal_ = node_layout(real, real_nodes);
+    if (nodes > 1) {
+      nodes_ = nodes;
+      nodes_refusal_.clear();
+      for (int p = 0; p < size_; ++p) sh->node.push_back(p / (size_ / nodes));
+    } else {
+      nodes_ = real_nodes;
+      sh->node = real;
+    }
+    sh->bases.assign(size_t(size_), nullptr);
+    for (int p = 0; p < size_; ++p) sh->pids.push_back(pid_t(all[size_t(p)].pid));
+    ctl_off_.assign(size_t(size_), 0);  // every arena's start
+    sh_ = sh;
+    if (!all_want) return;
     for (int p = 0; p < size_ && why.empty(); ++p) {
-      pids_.push_back(pid_t(all[p].pid));
-      if (all[p].fd < 0) why = "rank " + std::to_string(p) + " has no shared arena";
-      else if (p == rank_) bases_[p] = arena_->base();
-      else try {
-        maps_.push_back(std::make_unique<ShmMapping>(pid_t(all[p].pid), int(all[p].fd),
-                                                     size_t(all[p].bytes)));
-        bases_[p] = maps_.back()->base();
+      if (all[size_t(p)].fd < 0) why = "rank " + std::to_string(p) + " has no shared arena";
+      else if (p == rank_) sh->bases[size_t(p)] = sh->arena->base();
+      else if (all[size_t(p)].leader == leader) try {  // a peer of this node
+        sh->maps.push_back(std::make_unique<ShmMapping>(pid_t(all[size_t(p)].pid),
+                                                        int(all[size_t(p)].fd),
+                                                        size_t(all[size_t(p)].bytes)));
+        sh->bases[size_t(p)] = sh->maps.back()->base();
       } catch (const Error& e) {
         why = e.what();
       }
@@ -435,7 +575,7 @@ class MpiTransport final : public Transport {
     MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm_),
               "rank " << rank_ << ", agreeing on shared memory");
     if (all_ok) {
-      ptrs_.assign(size_t(size_), nullptr);
+      direct_ok_ = members_direct();
       return;
     }
     DPB_CHECK(!required, "DPB_SHM=1 but " << (why.empty() ? "another rank could not share "
@@ -443,9 +583,9 @@ class MpiTransport final : public Transport {
     if (!why.empty())
       std::fprintf(stderr, "dpbench: rank %d: note: no shared memory between the ranks of this "
                    "node (%s): MPI messages instead\n", rank_, why.c_str());
-    maps_.clear();
-    arena_.reset();
-    pids_.clear();
+    sh->maps.clear();
+    sh->arena.reset();
+    sh->bases.assign(size_t(size_), nullptr);
   }
 
   bool staged(const RecvOp& r) const { return !host_ || r.op == RecvOp::Reduce; }
@@ -535,25 +675,27 @@ class MpiTransport final : public Transport {
   bool upload_pending_ = false;  // comm-stream uploads may still read rstage_
   std::vector<MPI_Request> rreqs_, sreqs_;
   long spin_ns_ = 0;                 // process barrier polling (see HostBarrier)
-  // Direct path (setup_shm; arena_ null: off): this process's arena, the peers' mapped here,
-  // every rank's arena base and pid, and this call's published buffers.
-  std::unique_ptr<ShmArena> arena_;
+  // The ranks' nodes and shared memory (setup_shm), shared with the sub-groups split from this
+  // transport (whole_: this group's ranks in the whole group's numbering, ProcShared's).
+  std::vector<int> whole_;
+  std::shared_ptr<ProcShared> sh_;
+  std::vector<int64_t> ctl_off_;  // by rank: its control block's offset in its arena (header())
+  int nodes_ = 1;                 // Transport::nodes (the whole group's; sub-groups: 1)
+  std::string nodes_refusal_;
+  bool direct_ok_ = false;        // members_direct(): the direct path serves this group
   // Gives arena buffers back to the arena and their bytes to the device's ledger.
   struct ArenaOwner final : MemoryOwner {
     MpiTransport* t;
     explicit ArenaOwner(MpiTransport* tr) : t(tr) {}
     void release(float* p) override {
       t->dev_.memory().release(p);
-      t->arena_->release(p);
+      t->arena()->release(p);
     }
   } arena_owner_{this};
-  std::vector<std::unique_ptr<ShmMapping>> maps_;
-  std::vector<char*> bases_;
-  std::vector<pid_t> pids_;
+  std::vector<pid_t> pids_;  // by rank (the process barrier's view of dead peers)
   std::vector<float*> ptrs_;
   uint64_t begins_ = 0;
   bool direct_ = false;    // this call moves data in place
-  bool required_ = false;  // DPB_SHM=1: every call must
   // Last: gone before the arena and the mappings its slots live in.
   std::unique_ptr<WatchBoard> board_;
 };
@@ -562,10 +704,17 @@ class MpiTransport final : public Transport {
 
 std::unique_ptr<Transport> make_mpi_transport(Device& dev, int rank, int size,
                                               const LinkSpec& link) {
-  auto t = std::make_unique<MpiTransport>(dev, rank, size);
-  if (!link.enabled()) return t;
-  // Paced at the seam the threads transport is paced at (link.h), on this process's own fabric.
-  return with_link(std::move(t), std::make_shared<LinkFabric>(size, link));
+  const LinkSpec l = with_env_nodes(link);  // --nodes, else DPB_NODES
+  auto t = std::make_unique<MpiTransport>(dev, rank, size, l.nodes);
+  if (!l.enabled()) return t;
+  // Paced at the seam the threads transport is paced at (link.h), on this process's own fabric;
+  // between emulated nodes with the inter-node spec (a sub-group books in the whole group's ranks).
+  return with_link(std::move(t), std::make_shared<LinkFabric>(size, l));
+}
+
+bool mpi_direct_path(Transport& t) {
+  auto* m = dynamic_cast<MpiTransport*>(&unpaced(t));
+  return m && m->direct_ok();
 }
 
 void mpi_allreduce_sum(Transport& t, int rank, float* buf, size_t n) {

@@ -8,12 +8,20 @@
 //     CommGroup group(make_mpi_transport(*dev, mpi.rank(), mpi.size()));
 //   }
 //
-// The MPI transport (transport.h) has two paths. Direct (CPU ranks all on one node, buffers from
-// CommGroup::alloc): each process's collective buffers live in a shared arena (collectives/shm.h)
-// that every peer maps, and a step is the threads transport's: receives read the peer's buffer
-// in place, puts write into it, a fenced step ends with a futex barrier in shared memory that
-// names a peer whose process died. DPB_SHM=0 turns it off, DPB_SHM=1 makes it required (an error
-// says why it cannot serve); DPB_SHM_ARENA_MB sizes the arena (default 65536: virtual, sparse).
+// The MPI transport (transport.h) has two paths. Direct (CPU ranks of a group all on one node,
+// buffers from CommGroup::alloc): each process's collective buffers live in a shared arena
+// (collectives/shm.h) that its node peers map, and a step is the threads transport's: receives
+// read the peer's buffer in place, puts write into it, a fenced step ends with a futex barrier in
+// shared memory that names a peer whose process died. DPB_SHM=0 turns it off, DPB_SHM=1 makes it
+// required (an error says why it cannot serve); DPB_SHM_ARENA_MB sizes the arena (default 65536:
+// virtual, sparse).
+// Two levels (issue 26): the ranks' nodes are the real ones (MPI_Comm_split_type; Transport::nodes
+// when they hold equal ranks numbered node by node), or N emulated nodes of P/N consecutive ranks
+// (--nodes / DPB_NODES = N, a divisor of P, else an error naming it). Transport::split makes a
+// sub-group an MPI transport of its own over MPI_Comm_split (CommGroup's node and cross-node
+// groups), sharing the arenas: a group whose members are on one node (a node group) takes the
+// direct path, one across nodes (the whole group, a cross-node group) messages, emulated nodes
+// alike. With a LinkSpec a sub-group is paced on the whole group's fabric in its ranks (link.h).
 // Messages (otherwise): a step posts MPI_Irecv into host staging for every receive and
 // MPI_Isend for every send, waits for all, then applies the receives with the device's comm_copy /
 // comm_reduce. Devices whose memory the host cannot read (CUDA) go through host staging (pinned on
@@ -59,7 +67,7 @@ class MpiSession {
 
 // The transport of rank `rank` (this process) in a group of `size` processes; dev is its device.
 // Collective: every process makes its transports in the same order (each gets its own
-// communicator, MPI_Comm_dup of MPI_COMM_WORLD). link enabled: the transport is paced at its
+// communicator, MPI_Comm_dup of MPI_COMM_WORLD). link.nodes (else DPB_NODES): emulated nodes. link enabled: the transport is paced at its
 // steps by an emulated link (collectives/link.h, with_link: the threads transport's seam) on a
 // per-process fabric: a step returns no sooner than its transfers would complete (L + bytes / G
 // each, on this rank's send and receive links), sleeping.
@@ -75,6 +83,11 @@ void mpi_allreduce_sum(Transport& t, int rank, float* buf, size_t n);
 // rank's shard. Host staging as mpi_allreduce_sum's. Throws when t is not an MPI transport.
 void mpi_reduce_scatter_sum(Transport& t, int rank, float* buf, size_t n);
 void mpi_allgather(Transport& t, int rank, float* buf, size_t n);
+
+// Whether t (an MPI transport, paced or not, or a sub-group of one) runs its collectives on the
+// shared-memory direct path (its members on one node, buffers from its alloc); false for any
+// other transport. For tests and reports.
+bool mpi_direct_path(Transport& t);
 
 // Prints "dpbench: rank R: error: msg" on stderr and ends the job (MPI_Abort with `code`, which
 // mpirun returns: 2 bad input, 5 a stalled rank, src/core/watchdog.h). For errors outside any

@@ -9,7 +9,8 @@
 //     come from alloc(), the threads transport's moves on memory every process maps (shm.h);
 //     otherwise MPI_Irecv into staging buffers and MPI_Isend, MPI_Waitall, then the receives are
 //     applied with the device's comm_copy / comm_reduce (so the CUDA backend's host staging hooks
-//     in at one place). Puts are plain receives there.
+//     in at one place). Puts are plain receives there. Its sub-groups (split) are MPI transports
+//     over MPI_Comm_split, on the direct path when their members are on one node.
 //
 // A call of a collective: every rank publishes its buffer (begin), then runs steps. A step is
 // this rank's sends {to, offset, length} (from its published buffer) and receives {from, offset
@@ -30,8 +31,10 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "src/core/check.h"
 #include "src/core/device.h"
@@ -111,16 +114,31 @@ class Transport {
   // issue(r, t): rank r's host issued the comm work that follows at t (the moment backward made
   // the unit ready; link.h, "Two clocks"), so the link starts its transfers no earlier. Others:
   // false and ignored.
-  // Sub-groups (a rank-mapping view over this transport: make_group_view, collectives/
-  // allreduce.h): publish makes buf rank's published buffer without waiting for the others (the
-  // view's begin then waits at the view's own barrier); a view's steps are this transport's
-  // unfenced steps. watch_abort(wake): abort() calls wake(why) so that ranks blocked at a view's
-  // barrier wake up too. Transports without views throw from publish (the default).
+  // Sub-groups (CommGroup's node and cross-node groups, collectives/allreduce.h): `parts`
+  // partitions this group's ranks (each rank in one part; part i's member m is the sub-group's
+  // rank m). Returns one transport per part: over the part's ranks when it holds a rank of this
+  // process, else nullptr. Collective: every process calls it with the same parts, in the same
+  // order. Threads: views of this transport (make_group_view); mpi: a transport of its own over
+  // MPI_Comm_split of this one's communicator. The default throws (no sub-groups).
+  virtual std::vector<std::unique_ptr<Transport>> split(const std::vector<std::vector<int>>& parts) {
+    (void)parts;
+    throw Error(std::string("sub-groups (node and cross-node groups): this transport (") +
+                launcher_name(launcher()) + " ranks) has none");
+  }
+  // The nodes the ranks live on, numbered node by node with nodes() equal parts (CommGroup::
+  // nodes for a group over this transport); nodes_refusal(): "" when they are, else why the
+  // ranks do not split so (then nodes() is 1). Threads: CommGroup takes them from its LinkSpec.
+  virtual int nodes() const { return 1; }
+  virtual std::string nodes_refusal() const { return ""; }
+  // Views (make_group_view): publish makes buf rank's published buffer without waiting for the
+  // others (the view's begin then waits at the view's own barrier); a view's steps are this
+  // transport's unfenced steps. watch_abort(wake): abort() calls wake(why) so that ranks blocked
+  // at a view's barrier wake up too. Transports without views throw from publish (the default).
   virtual void publish(int rank, float* buf) {
     (void)rank;
     (void)buf;
-    throw Error(std::string("sub-groups (node and cross-node groups) need the threads transport; "
-                            "this group's ranks are ") + launcher_name(launcher()) + " ranks");
+    throw Error(std::string("sub-group views need the threads transport; this group's ranks are ") +
+                launcher_name(launcher()) + " ranks");
   }
   virtual void watch_abort(std::function<void(const std::string& why)> wake) { (void)wake; }
 

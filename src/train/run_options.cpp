@@ -276,7 +276,8 @@ std::vector<RunOption> make_table() {
        [](const C& c) { return fmt(c.link.latency_us); }},
       // Emulated nodes (issue 26, collectives/link.h): DPB_NODES when not given.
       {"nodes", "nodes", false, "N",
-       "emulated nodes: the ranks (threads) split into N nodes of equal size, numbered node by "
+       "emulated nodes: the ranks (threads, or processes under mpirun) split into N nodes of "
+       "equal size, numbered node by "
        "node; --allreduce hier runs on them, the emulated link charges --node-link-* between them "
        "(default: DPB_NODES, else 1)",
        [](const std::string& t) { return int_in(t, 1, 4096); },

@@ -294,11 +294,13 @@ void validate(const TrainConfig& cfg, const Dataset& data) {
   DPB_CHECK(cfg.warmup_epochs >= 0, "--warmup-epochs: must be >= 0, got " << cfg.warmup_epochs);
   DPB_CHECK(cfg.sync.bucket_mb > 0, "--bucket-mb: must be > 0, got " << cfg.sync.bucket_mb);
   validate_link(cfg.link, "--link-gbps", "--link-latency-us");
-  // Emulated nodes (issue 26): threads only so far (processes: one node per machine, as MPI says).
-  DPB_CHECK(cfg.link.nodes == 1 || (!cfg.procs.active() && cfg.devices % cfg.link.nodes == 0),
-            "--nodes " << cfg.link.nodes << ": emulated nodes split ranks that are threads into "
-                       "nodes of equal size (a divisor of --devices " << cfg.devices
-                       << (cfg.procs.active() ? "; not under mpirun/srun" : "") << ")");
+  // Emulated nodes (issue 26): threads or processes (mpirun -np P: P / N consecutive ranks each).
+  if (const int nodes = with_env_nodes(cfg.link).nodes; nodes > 1)
+    DPB_CHECK(cfg.devices % nodes == 0,
+              "--nodes (DPB_NODES) " << nodes << ": emulated nodes split the ranks into nodes of "
+                                     "equal size (a divisor of the " << cfg.devices
+                                     << (cfg.procs.active() ? " processes" : " ranks of --devices")
+                                     << ")");
   validate_injections(cfg.inject, cfg.devices);
   const LinkSpec link = injected_link(cfg.link, cfg.inject);  // what the transport is paced by
   DPB_CHECK(cfg.inject.links.empty() || backend.emulated_link,
