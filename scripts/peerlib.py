@@ -388,14 +388,8 @@ def run_micro_peer(runner, suite, n, total):
 
 
 def _finish(runner, entry, rc, wall, tail, done):
-    if rc != 0:
-        runner.failures.append(f"{entry['suite']}/{entry['scenario']} peer {entry['impl']} "
-                               f"(rc {rc}, see {entry['log']})")
-        print(f"      FAILED (rc {rc}) after {wall:.1f} s; last output:", flush=True)
-        for line in tail:
-            print("      | " + line, flush=True)
-    else:
-        print(f"      done in {wall:.1f} s, {done}", flush=True)
+    runner.step_end(rc != 0, f"{entry['suite']}/{entry['scenario']} peer {entry['impl']}", rc,
+                    wall, tail, entry["log"], ", " + done)
     runner.record(entry)
 
 

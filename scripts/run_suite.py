@@ -34,17 +34,16 @@ failed (their rows say which; the other results are complete), 2 bad arguments (
 what dpbench runs, an --out that cannot be written: nothing ran), 3 the results folder could not
 be written (a full disk: the manifest's status says failed, with the error), 130 interrupted.
 Standard library only: it runs under any python3. Suite files, readers and the per-run numbers are
-in scripts/suitelib.py.
+in scripts/suitelib.py; the results folder's manifest, temporary files and how a run ends (exit
+status, signals, a full disk) in scripts/suite_state.py.
 """
 import argparse
 import fnmatch
 import json
 import os
-import shutil
-import platform
 import shlex
+import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -53,90 +52,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import memory_report as fitlib  # noqa: E402  (the fit rows)
 import peerlib  # noqa: E402
 from suitelib import (FIT_PREFIX, NO_CHECK_NOTE, ROOT, append_rows, append_suite_csv,  # noqa: E402
-                      effective_info, expand_runs, launcher_refusal, load_suite,
-                      mark_status_in_place, micro_args, mpi_twins, PROJECT_PREFIX, read_rows,
-                      stale_temps, suite_names, write_json, SuiteError)
+                      effective_info, expand_runs, launcher_refusal, load_suite, micro_args,
+                      mpi_twins, PROJECT_PREFIX, read_rows, suite_names, SuiteError)
+from suite_state import (SuiteState, cmd_output, cpu_sample, interrupt_on_signals,  # noqa: E402
+                         load_between, machine_facts, out_dir_problem, record_outside, versions)
 from summary import write_summary  # noqa: E402
-
-
-# ----------------------------------------------------------------------------- manifest
-
-
-def _cmd_out(cmd):
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def cpu_sample():
-    """(1-minute load, steal jiffies, all jiffies) now; None where /proc lacks them."""
-    load = steal = total = None
-    try:
-        with open("/proc/loadavg") as f:
-            load = float(f.read().split()[0])
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:9]]
-        if len(v) == 8:  # user .. steal (guest is inside user)
-            steal, total = v[7], sum(v)
-    except (OSError, ValueError, IndexError):
-        pass
-    return load, steal, total
-
-
-def load_between(a, b):
-    """The manifest's load of one command (issue 25 item 5): the load average at its start and
-    end, the steal over it, and busy: why the machine was busy ("" when it was not; the rule of
-    src/core/cpu_info.h, less its count of other processes' runnable tasks)."""
-    cpus = len(os.sched_getaffinity(0))
-    steal = (round(100.0 * (b[1] - a[1]) / (b[2] - a[2]), 2)
-             if None not in (a[1], b[1]) and b[2] > a[2] else None)
-    why = []
-    if a[0] is not None and a[0] > cpus:
-        why.append(f"load {a[0]:g} > {cpus} CPUs")
-    if steal is not None and steal > 2:
-        why.append(f"steal {steal:g}%")
-    return {"cpus": cpus, "load_avg_start": a[0], "load_avg_end": b[0], "steal_pct": steal,
-            "busy": ", ".join(why)}
-
-
-def machine_facts(info, backend):
-    """The machine as `dpbench info` (kernels/machine_info.h) found it; nvidia-smi adds the
-    driver per GPU, and the probes here only stand in when info lacks a fact."""
-    cpu = info.get("cpu") or platform.processor() or "unknown CPU"
-    gpus = [dict(g) for g in info.get("gpus", [])]
-    smi = _cmd_out(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-                    "--format=csv,noheader"])
-    for i, line in enumerate(smi.splitlines()):
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3:
-            if i >= len(gpus):
-                gpus.append({"name": parts[0], "memory": parts[1]})
-            gpus[i]["driver"] = parts[2]
-    cores = info.get("cores") or os.cpu_count()
-    if backend == "cuda" and gpus:
-        label = f"{gpus[0]['name']} x{len(gpus)}" if len(gpus) > 1 else gpus[0]["name"]
-    else:
-        label = f"{cpu.replace('(R)', '').replace(' Processor', '')}, {cores} cores"
-    return {"hostname": socket.gethostname(), "os": info.get("os") or platform.platform(),
-            "cpu": cpu, "cores": cores, "memory_gib": info.get("memory_gib"), "gpus": gpus,
-            "label": label}
-
-
-def versions(bin_path, info):
-    """Library and build versions: dpbench's own (`dpbench info`), plus the tools around it."""
-    keys = ("compiler", "build_type", "cuda_architectures", "dpbench_version", "onednn_version",
-            "cuda_driver_version", "cuda_runtime_version", "cudnn_version", "nccl_version",
-            "cublas_version", "nvidia_driver")
-    v = {k: info[k] for k in keys if k in info}
-    v["python"] = platform.python_version()
-    v["cmake"] = _cmd_out(["cmake", "--version"]).split("\n")[0]
-    v["libbenchmark1debian"] = _cmd_out(["dpkg-query", "-W", "-f=${Version}",
-                                         "libbenchmark1debian"])
-    commit = info.get("git_commit") or _cmd_out(["git", "-C", ROOT, "rev-parse", "HEAD"])
-    v["git_commit"] = commit.removesuffix("-dirty")
-    v["git_dirty"] = commit.endswith("-dirty")
-    return v
 
 
 # ----------------------------------------------------------------------------- launcher
@@ -151,7 +71,7 @@ def mpirun_prefix(np):
     if not shutil.which("mpirun"):
         return None
     extra = (["--oversubscribe", "--bind-to", "none"]
-             if "Open MPI" in _cmd_out(["mpirun", "--version"]) else [])
+             if "Open MPI" in cmd_output(["mpirun", "--version"]) else [])
     return ["mpirun", "-np", str(np)] + extra
 
 
@@ -183,25 +103,13 @@ def plan_launcher(a, suite, runs, info=None):
 # ----------------------------------------------------------------------------- runner
 
 
-class Runner:
+class Runner(SuiteState):
+    """Runs a plan's steps into the results folder (suite_state.SuiteState: its manifest and
+    temporary files)."""
+
     def __init__(self, a):
+        super().__init__(a.out, "quick" if a.quick else "full", a.backend)
         self.a = a
-        self.out = a.out
-        self.t0 = time.time()
-        self.failures = []
-        self.mpath = os.path.join(self.out, "manifest.json")
-        if os.path.exists(self.mpath):  # continuing an interrupted run: keep its history
-            with open(self.mpath) as f:
-                self.manifest = json.load(f)
-            mode = "quick" if a.quick else "full"
-            if self.manifest.get("mode", mode) != mode or \
-                    self.manifest.get("backend", a.backend) != a.backend:
-                raise SystemExit(f"run_suite: {self.out} holds a {self.manifest.get('mode')} "
-                                 f"{self.manifest.get('backend')} run; use another --out")
-            self.manifest.setdefault("continued_utc", []).append(utc())
-        else:
-            self.manifest = {"run_id": os.path.basename(os.path.abspath(self.out)),
-                             "created_utc": utc(), "commands": []}
         info = effective_info(json.loads(a.info) if a.info else self.dpbench_info())
         self.info = info
         check_devices(a.devices, info)
@@ -222,16 +130,9 @@ class Runner:
 
     def dpbench_info(self):
         try:
-            return json.loads(_cmd_out([self.a.bin, "info"]) or "{}")
+            return json.loads(cmd_output([self.a.bin, "info"]) or "{}")
         except json.JSONDecodeError:
             return {}
-
-    def save(self):
-        write_json(self.mpath, self.manifest)
-
-    def elapsed(self):
-        s = int(time.time() - self.t0)
-        return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
     def execute(self, cmd, log_path, echo):
         """Runs cmd with stdout+stderr to log_path; lines for which echo(line) is true are also
@@ -266,50 +167,6 @@ class Runner:
         self.last_load = load_between(load0, cpu_sample())  # record() adds it to the entry
         return rc, time.time() - t, tail
 
-    def tmp_path(self, name):
-        """A temporary file in DIR/.tmp/ (made here): outputs until they are complete."""
-        tmpdir = os.path.join(self.out, ".tmp")
-        os.makedirs(tmpdir, exist_ok=True)
-        return os.path.join(tmpdir, name)
-
-    def remove_tmp(self):
-        """Removes the folder dpbench writes each run's CSV (and dpbench-micro and fit their JSON)
-        into, with any left-overs of a run that was interrupted before its results were complete,
-        and the temp files of a killed run_suite beside the results (manifest.json.tmp<pid>)."""
-        tmpdir = os.path.join(self.out, ".tmp")
-        if os.path.isdir(tmpdir):
-            shutil.rmtree(tmpdir, ignore_errors=True)
-        for f in stale_temps(self.out) + stale_temps(os.path.join(self.out, "fit")):
-            try:
-                os.remove(f)
-            except OSError:
-                pass
-
-    def record(self, entry):
-        if getattr(self, "last_load", None) and "load" not in entry:
-            entry["load"], self.last_load = self.last_load, None
-        self.manifest["commands"].append(entry)
-        self.save()
-
-    def write_failed(self, err):
-        """The results folder refused a write (err): its temp files removed, the manifest marked
-        failed with the error (in place when the disk is full), a clear message; exit 3."""
-        self.remove_tmp()
-        why = f"cannot write to {self.out}: {err.strerror or err} " \
-              f"({err.filename or 'a results file'})"
-        self.manifest.update({"status": "failed", "finished_utc": utc(), "error": why,
-                              "wall_s": round(time.time() - self.t0, 1)})
-        try:
-            self.save()
-            how = "the manifest says so"
-        except OSError:
-            how = "manifest status set to failed in place" if mark_status_in_place(
-                self.mpath, "running", "failed") else "the manifest could not be updated"
-            self.remove_tmp()
-        print(f"run_suite: {why}; stopped ({how}). Complete results so far stay in {self.out}; "
-              f"free space and continue with --out {self.out}", file=sys.stderr, flush=True)
-        return 3
-
     def micro_args(self, suite):
         a = self.a
         return micro_args(suite, a.backend, a.quick, self.info,
@@ -340,9 +197,7 @@ class Runner:
         rc, wall, tail = self.execute(cmd, log, lambda l: l.startswith(
             ("allreduce/", "reducescatter/", "allgather/", "gradsync/", "overlap/", "membw/",
              "dpbench-micro:")) or "rror" in l)
-        entry = {"suite": suite.name, "scenario": "micro", "cmd": cmd, "rc": rc,
-                 "wall_s": round(wall, 2), "log": os.path.relpath(log, self.out),
-                 "started_utc": utc(time.time() - wall)}
+        entry = self.entry(suite.name, "micro", cmd, rc, wall, log)
         if rc == 0 and os.path.exists(tmp):
             os.replace(tmp, final)
             entry["output"] = os.path.basename(final)
@@ -400,9 +255,7 @@ class Runner:
         print(f"[{n}/{total} {self.elapsed()}] {run.suite}/{run.name}: {shown}", flush=True)
         log = os.path.join(self.out, "logs", run.suite, run.name + ".log")
         rc, wall, tail = self.execute(cmd, log, lambda l: l.startswith(("epoch", "  epoch")))
-        entry = {"suite": run.suite, "scenario": run.name, "cmd": cmd, "rc": rc,
-                 "wall_s": round(wall, 2), "log": os.path.relpath(log, self.out),
-                 "started_utc": utc(time.time() - wall)}
+        entry = self.entry(run.suite, run.name, cmd, rc, wall, log)
         with open(log) as f:
             for line in f:
                 if line.startswith("final test acc"):
@@ -411,13 +264,8 @@ class Runner:
         if os.path.exists(run_csv):
             nrows = append_suite_csv(suite_csv, run.suite, run.name, run_csv)
             os.remove(run_csv)
-        if rc != 0:
-            self.failures.append(f"{run.suite}/{run.name} (rc {rc}, see {log})")
-            print(f"      FAILED (rc {rc}) after {wall:.1f} s; last output:", flush=True)
-            for line in tail:
-                print("      | " + line, flush=True)
-        else:
-            print(f"      done in {wall:.1f} s, {nrows} epoch rows -> {suite_csv}", flush=True)
+        self.step_end(rc != 0, f"{run.suite}/{run.name}", rc, wall, tail, log,
+                      f", {nrows} epoch rows -> {suite_csv}")
         self.record(entry)
 
     def run_fit(self, run, n, total):
@@ -441,9 +289,7 @@ class Runner:
         log = os.path.join(self.out, "logs", run.suite, run.name + ".log")
         rc, wall, tail = self.execute(cmd, log, lambda l: l.startswith(
             ("  largest", "  nothing fits", "  check on", "  search:")))
-        entry = {"suite": run.suite, "scenario": run.name, "kind": "fit", "cmd": cmd, "rc": rc,
-                 "wall_s": round(wall, 2), "log": os.path.relpath(log, self.out),
-                 "started_utc": utc(time.time() - wall)}
+        entry = self.entry(run.suite, run.name, cmd, rc, wall, log, kind="fit")
         # exit 3: not even 1 fits, an answer too; 1: --check disagreed with the plan (a failure,
         # its row says so)
         if rc in fitlib.FIT_ANSWER_RCS and os.path.exists(tmp):
@@ -452,13 +298,8 @@ class Runner:
                 row = fitlib.fit_row(run.suite, run.name, json.load(f), run.args)
             append_rows(fit_csv, [row], fitlib.FIT_COLUMNS)
             entry["output"] = os.path.relpath(final, self.out)
-        if rc not in (0, 3):
-            self.failures.append(f"{run.suite}/{run.name} (rc {rc}, see {log})")
-            print(f"      FAILED (rc {rc}) after {wall:.1f} s; last output:", flush=True)
-            for line in tail:
-                print("      | " + line, flush=True)
-        else:
-            print(f"      done in {wall:.1f} s -> {fit_csv}", flush=True)
+        self.step_end(rc not in (0, 3), f"{run.suite}/{run.name}", rc, wall, tail, log,
+                      f" -> {fit_csv}")
         if os.path.exists(tmp):
             os.remove(tmp)
         self.record(entry)
@@ -476,9 +317,7 @@ class Runner:
         print(f"{tag}: dpbench project " + " ".join(shlex.quote(c) for c in run.args), flush=True)
         log = os.path.join(self.out, "logs", run.suite, run.name + ".log")
         rc, wall, tail = self.execute(cmd, log, lambda l: False)
-        entry = {"suite": run.suite, "scenario": run.name, "kind": "project", "cmd": cmd,
-                 "rc": rc, "wall_s": round(wall, 2), "log": os.path.relpath(log, self.out),
-                 "started_utc": utc(time.time() - wall)}
+        entry = self.entry(run.suite, run.name, cmd, rc, wall, log, kind="project")
         out = None
         if rc == 0:
             with open(log) as f:
@@ -487,12 +326,7 @@ class Runner:
                 out = json.loads(objs[-1]) if objs else None
             except json.JSONDecodeError:
                 out = None
-        if out is None:
-            self.failures.append(f"{run.suite}/{run.name} (rc {rc}, see {log})")
-            print(f"      FAILED (rc {rc}) after {wall:.1f} s; last output:", flush=True)
-            for line in tail:
-                print("      | " + line, flush=True)
-        else:
+        if out is not None:
             row = {"suite": run.suite, "scenario": run.name}
             for k, v in out.items():
                 if isinstance(v, dict):
@@ -501,7 +335,7 @@ class Runner:
                 elif not isinstance(v, list):
                     row[k] = v
             append_rows(path, [row])
-            print(f"      done in {wall:.1f} s -> {path}", flush=True)
+        self.step_end(out is None, f"{run.suite}/{run.name}", rc, wall, tail, log, f" -> {path}")
         self.record(entry)
 
     def run(self):
@@ -561,8 +395,7 @@ class Runner:
                     "peer": lambda: f"{item.suite}/{item.name}: peer {item.peer.impl}",
                     "peer-micro": lambda: f"{item.name}: peer openmpi"}[kind]())
             return 0
-        for sig in (signal.SIGTERM, signal.SIGHUP):  # like Ctrl-C: stop cleanly
-            signal.signal(sig, signal.default_int_handler)
+        interrupt_on_signals()
         try:
             os.makedirs(self.out, exist_ok=True)
             self.remove_tmp()  # what a killed earlier run left
@@ -576,28 +409,8 @@ class Runner:
         except OSError as e:  # the results folder refused a write: a full disk, a lost mount
             return self.write_failed(e)
         except KeyboardInterrupt:
-            self.remove_tmp()
-            self.manifest["status"] = "interrupted"
-            self.manifest["finished_utc"] = utc()
-            self.save()
-            print(f"\nrun_suite: interrupted after {self.elapsed()}. Only complete files remain in "
-                  f"{self.out} (suite CSVs hold every finished run); continue with --out "
-                  f"{self.out}", flush=True)
-            return 130
-        self.remove_tmp()
-        self.manifest["status"] = "failed" if self.failures else "complete"
-        self.manifest["finished_utc"] = utc()
-        self.manifest["wall_s"] = round(time.time() - self.t0, 1)
-        if self.failures:
-            self.manifest["failures"] = self.failures
-        self.save()
-        for f in self.failures:
-            print(f"run_suite: FAILED: {f}", flush=True)
-        return 1 if self.failures else 0
-
-
-def utc(t=None):
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+            return self.interrupted()
+        return self.finish()
 
 
 def usage_error(msg):
@@ -614,19 +427,6 @@ def check_devices(devices, info):
     if bad:
         usage_error(f"--devices {','.join(map(str, devices))}: {','.join(map(str, bad))} "
                     f"is more ranks than dpbench runs (1 to {most}, `dpbench info` max_ranks)")
-
-
-def check_out_dir(out):
-    """--out: made when missing; an existing folder must take a file (a read-only one, or a
-    mount that refuses writes, is refused now rather than after the first run)."""
-    try:
-        os.makedirs(out, exist_ok=True)
-        probe = os.path.join(out, f".write-probe.{os.getpid()}")
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
-    except OSError as e:
-        usage_error(f"--out {out}: cannot write there ({e.strerror or e})")
 
 
 def main(argv=None):
@@ -688,14 +488,8 @@ def main(argv=None):
                 print(f"    {rn}: dpbench project {' '.join(args)}")
         return 2 if unusable else 0
     if a.cmd == "record":
-        path = os.path.join(a.dir, "manifest.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                man = json.load(f)
-            cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
-            man.setdefault("commands", []).append({"cmd": cmd, "rc": a.rc, "wall_s": a.wall,
-                                                   "started_utc": utc(time.time() - a.wall)})
-            write_json(path, man)
+        record_outside(a.dir, a.command[1:] if a.command[:1] == ["--"] else a.command, a.rc,
+                       a.wall)
         return 0
     if a.cmd == "summary":
         print(write_summary(a.dir), end="")
@@ -721,8 +515,9 @@ def main(argv=None):
     if not os.access(a.bin, os.X_OK) and not a.dry_run:
         usage_error(f"{a.bin} is not built; run scripts/setup.sh")
     runner = Runner(a)  # checks --devices against `dpbench info`
-    if not a.dry_run:
-        check_out_dir(a.out)
+    problem = "" if a.dry_run else out_dir_problem(a.out)
+    if problem:
+        usage_error(problem)
     return runner.run()
 
 
