@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # mpi_agree_test.sh BUILD_DIR: ranks agree before they work (src/train/agree.h). Under mpirun a
 # wrapper gives one rank other arguments or environment (ARGS_<rank>, ENV_<rank>, by
-# OMPI_COMM_WORLD_RANK); every such job must end with exit 2 within 10 s, naming the field and the
-# ranks' values: dpbench train with --batch, --seed, --allreduce, --model, --lr, DPB_SHM, the
+# OMPI_COMM_WORLD_RANK); every such job must end with exit 2 within 15 s (room for a loaded CI
+# machine: 10.3 and 10.4 s seen at load 11 on 2 cores, with the right codes and messages; the same
+# cases in scripts/chaos.sh allow 15 s too), naming the field and the ranks' values: dpbench train
+# with --batch, --seed, --allreduce, --model, --lr, DPB_SHM, the
 # data (--train-limit), 3 processes with rank 2 apart; dpbench-micro with --benchmark_filter and
 # --dpb_max_bytes. Before the check such jobs hung (killed at 120 s) or trained apart (--seed).
 # Control: the same arguments everywhere train (exit 0). Exit 77 (ctest: skipped) without mpirun,
@@ -42,8 +44,8 @@ case_() {
   rc=$?
   local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   local dt="$((ms / 1000)).$(( ms % 1000 / 100 ))" what="np=$np ${vars[*]}: $(basename "$1") $2"
-  if [ "$rc" -ne "$want_rc" ] || ! grep -qF -- "$want" "$tmp/out.txt" || [ $ms -gt 10000 ]; then
-    echo "FAIL: $what: rc=$rc (want $want_rc) after ${dt}s (at most 10), want '$want' in:"
+  if [ "$rc" -ne "$want_rc" ] || ! grep -qF -- "$want" "$tmp/out.txt" || [ $ms -gt 15000 ]; then
+    echo "FAIL: $what: rc=$rc (want $want_rc) after ${dt}s (at most 15), want '$want' in:"
     tail -20 "$tmp/out.txt"
     fails=$((fails + 1))
     return
