@@ -12,18 +12,9 @@
 
 #include "kernels/backends.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "src/core/build_facts.h"
 #include "src/core/cpu_info.h"
 #include "src/core/device.h"
-
-#ifndef DPB_VERSION
-#define DPB_VERSION "unknown"
-#endif
-#ifndef DPB_BUILD_TYPE
-#define DPB_BUILD_TYPE "unknown"
-#endif
-#ifndef DPB_COMPILER
-#define DPB_COMPILER "unknown"
-#endif
 
 namespace dpb {
 namespace {

@@ -6,19 +6,9 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "src/core/build_facts.h"
 #include "src/core/check.h"
 #include "src/train/run_options.h"
-
-// Build facts from CMake (as kernels/machine_info.cpp gets them).
-#ifndef DPB_VERSION
-#define DPB_VERSION "unknown"
-#endif
-#ifndef DPB_BUILD_TYPE
-#define DPB_BUILD_TYPE "unknown"
-#endif
-#ifndef DPB_COMPILER
-#define DPB_COMPILER "unknown"
-#endif
 
 namespace dpb {
 
