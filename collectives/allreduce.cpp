@@ -106,8 +106,9 @@ const CommGroup::Levels& CommGroup::levels() {
         cross[size_t(l)].push_back(j * g + l);
       }
     // Collective (Transport::split): every process splits the nodes, then the cross groups.
+    // name(i): part i as the watchdog's messages say it (its board's group, watchdog.h).
     auto sub = [&](const std::vector<std::vector<int>>& parts,
-                   std::vector<std::unique_ptr<CommGroup>>& out) {
+                   std::vector<std::unique_ptr<CommGroup>>& out, auto name) {
       std::vector<std::unique_ptr<Transport>> ts = t_->split(parts);
       DPB_CHECK(ts.size() == parts.size(), "sub-groups: " << ts.size() << " transports for "
                                                           << parts.size() << " parts");
@@ -116,14 +117,16 @@ const CommGroup::Levels& CommGroup::levels() {
           out.push_back(nullptr);
           continue;
         }
+        if (WatchBoard* b = ts[i]->watch_board()) b->set_group(name(int(i)));
         auto c = std::make_unique<CommGroup>(std::move(ts[i]));
         c->parent_ = this;
         c->members_ = parts[i];
         out.push_back(std::move(c));
       }
     };
-    sub(node, levels_.node);
-    sub(cross, levels_.cross);
+    sub(node, levels_.node, [](int j) { return "node " + std::to_string(j) + "'s group"; });
+    sub(cross, levels_.cross,
+        [](int l) { return "the cross-node group of local rank " + std::to_string(l); });
   });
   return levels_;
 }
@@ -170,7 +173,8 @@ class Traced final : public AllReduce {
   void run(int rank, float* buf, size_t n) override {
     const std::string what = label_ + format_bytes(double(n) * sizeof(float));
     NvtxRange range(what);
-    WatchLabel watched(group_.watch_slot(rank), what);  // where a stalled peer leaves us waiting
+    // Where a stalled peer leaves us waiting, and in which sub-group (the whole group's slot).
+    WatchLabel watched(group_.watch_slot(rank), what, group_.watch_group());
     try {
       inner_->run(rank, buf, n);
     } catch (const std::exception& e) {

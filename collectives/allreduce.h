@@ -102,6 +102,12 @@ class CommGroup {
     WatchBoard* b = t_->watch_board();
     return b ? b->local_slot(rank) : nullptr;
   }
+  // Which sub-group this is for the watchdog's messages ("node 1's group"; "" the whole group):
+  // the collective wrapper labels its waits with it (WatchBoard::group).
+  std::string watch_group() const {
+    WatchBoard* b = t_->watch_board();
+    return b ? b->group() : std::string();
+  }
   // The transport's steps are paced by an emulated link (link.h).
   bool paced() const { return t_->paced(); }
   // Rank `rank`'s host issued the comm work that follows at t (link.h, "Two clocks"; GradSync

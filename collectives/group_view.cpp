@@ -4,13 +4,15 @@
 // intra- or inter-node spec of each pair: link.h), its begin publishes on the parent without the
 // parent's barrier, and its fence, barrier and host collectives synchronize the members only
 // (a HostBarrier of their own; devices with streams: comm_record, barrier, comm_wait_peer on
-// every member, barrier, as the threads transport's). Several views of one parent run at once
-// (every node's group, every cross-node group) on disjoint ranks. The parent's abort wakes the
-// views' waiters (Transport::watch_abort); a view's abort aborts the parent. CommGroup's node and
-// cross-node groups are views (CommGroup::node_group, cross_group) over the threads transport
-// (split_into_views is its Transport::split); processes split an MPI transport instead
-// (collectives/mpi/mpi_transport.h). node_layout: whether ranks on given nodes form a two-level
-// group (the MPI transport's real nodes). Tested by tests/test_hier.cpp.
+// every member, barrier, as the threads transport's), its waits there marked on the watchdog's
+// slots (a view board over the parent's: the whole group's slots, named in its ranks; watchdog.h).
+// Several views of one parent run at once (every node's group, every cross-node group) on
+// disjoint ranks. The parent's abort wakes the views' waiters (Transport::watch_abort); a view's
+// abort aborts the parent. CommGroup's node and cross-node groups are views (CommGroup::
+// node_group, cross_group) over the threads transport (split_into_views is its Transport::split);
+// processes split an MPI transport instead (collectives/mpi/mpi_transport.h). node_layout: whether
+// ranks on given nodes form a two-level group (the MPI transport's real nodes). Tested by
+// tests/test_hier.cpp, tests/test_watchdog.cpp (Watchdog.HierOnTwoNodes...).
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -36,6 +38,8 @@ class GroupView final : public Transport {
       DPB_CHECK(p_.is_local(m), "sub-group: rank " << m << " is not a rank of this process");
     }
     ordered_ = p_.kind() != BackendKind::Cpu;
+    if (const WatchBoard* pb = p_.watch_board())
+      board_ = std::make_unique<WatchBoard>(*pb, members_);
     p_.watch_abort([this](const std::string& why) {
       {
         std::lock_guard<std::mutex> lk(why_mu_);
@@ -92,11 +96,11 @@ class GroupView final : public Transport {
     if (g_ == 1) return;
     Device& dev = device(rank);
     if (ordered_) dev.comm_record();
-    if (!barrier_.arrive_and_wait()) throw_aborted(rank);
+    if (!barrier_.arrive_and_wait(slot(rank))) throw_aborted(rank);
     if (!ordered_) return;
     for (int q = 0; q < g_; ++q)
       if (q != rank) dev.comm_wait_peer(device(q));
-    if (!barrier_.arrive_and_wait()) throw_aborted(rank);
+    if (!barrier_.arrive_and_wait(slot(rank))) throw_aborted(rank);
   }
 
   void broadcast_host(int rank, void* data, size_t bytes, int root) override {
@@ -116,12 +120,15 @@ class GroupView final : public Transport {
 
   void abort(int rank, const std::string& why) override { p_.abort(members_[size_t(rank)], why); }
   bool aborted() const override { return p_.aborted(); }
+  WatchBoard* watch_board() override { return board_.get(); }
 
  private:
   void host_sync(int rank) {
     if (p_.aborted()) throw_aborted(rank);
-    if (g_ > 1 && !barrier_.arrive_and_wait()) throw_aborted(rank);
+    if (g_ > 1 && !barrier_.arrive_and_wait(slot(rank))) throw_aborted(rank);
   }
+  // The member's slot (the whole group's, via the parent's board), or nullptr when not watched.
+  WatchSlot* slot(int rank) const { return board_ ? board_->local_slot(rank) : nullptr; }
   [[noreturn]] void throw_aborted(int rank) {
     std::string why;
     {
@@ -140,6 +147,7 @@ class GroupView final : public Transport {
   bool ordered_ = false;
   std::mutex why_mu_;
   std::string why_;
+  std::unique_ptr<WatchBoard> board_;  // over the parent's board (nullptr: the parent has none)
 };
 
 }  // namespace

@@ -146,16 +146,19 @@ class MpiTransport final : public Transport {
     make_board();
   }
   // A sub-group of `parent` (split): MPI_Comm_split of its communicator by color (the part this
-  // rank is in) and key (its place there); whole: the sub-group's ranks in the whole group.
-  // Collective over the parent's ranks. It shares the parent's arenas: its direct path runs on
-  // buffers from the parent's alloc() too (hier's are).
-  MpiTransport(MpiTransport& parent, int color, int key, std::vector<int> whole)
+  // rank is in) and key (its place there); members: the sub-group's ranks in the parent's
+  // numbering, whole: in the whole group's. Collective over the parent's ranks. It shares the
+  // parent's arenas: its direct path runs on buffers from the parent's alloc() too (hier's are).
+  MpiTransport(MpiTransport& parent, int color, int key, const std::vector<int>& members,
+               std::vector<int> whole)
       : dev_(parent.dev_), rank_(key), size_(int(whole.size())), whole_(std::move(whole)),
         sh_(parent.sh_) {
     {
-      WatchBoard setup_board(size_, rank_, nullptr, {});  // as the whole group's set-up
-      WatchLabel label(setup_board.local_slot(rank_), "the MPI sub-group's set-up");
-      WaitScope watched(setup_board.local_slot(rank_), WaitKind::Library);
+      // As the whole group's set-up, on a board in the whole group's numbers (its messages').
+      const int whole_rank = whole_[size_t(rank_)];
+      WatchBoard setup_board(int(sh_->node.size()), whole_rank, nullptr, {});
+      WatchLabel label(setup_board.local_slot(whole_rank), "the MPI sub-group's set-up");
+      WaitScope watched(setup_board.local_slot(whole_rank), WaitKind::Library);
       MPI_CHECK(MPI_Comm_split(parent.comm_, color, key, &comm_),
                 "rank " << parent.rank_ << ", sub-group " << color);
       MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -169,7 +172,7 @@ class MpiTransport final : public Transport {
       spin_ns_ = parent.spin_ns_;
       setup_sub_shm();
     }
-    make_board();
+    make_board(parent.board_.get(), &members);
   }
   ~MpiTransport() override { MPI_Comm_free(&comm_); }
 
@@ -193,7 +196,8 @@ class MpiTransport final : public Transport {
     std::vector<int> whole;
     for (int m : parts[size_t(color)]) whole.push_back(whole_[size_t(m)]);
     std::vector<std::unique_ptr<Transport>> out(parts.size());
-    out[size_t(color)] = std::make_unique<MpiTransport>(*this, color, key, std::move(whole));
+    out[size_t(color)] =
+        std::make_unique<MpiTransport>(*this, color, key, parts[size_t(color)], std::move(whole));
     return out;
   }
   int nodes() const override { return nodes_; }
@@ -298,7 +302,7 @@ class MpiTransport final : public Transport {
     // Receives in batches that fit rstage_ (one batch unless a step receives more than the
     // largest buffer, e.g. naive's rank 0 from every peer); every send is posted already.
     for (;;) {
-      WaitScope watched(slot(), WaitKind::Receive, next > first ? recvs[first].from : -1);
+      WaitScope watched(slot(), WaitKind::Receive, next > first ? name(recvs[first].from) : -1);
       MPI_CHECK(MPI_Waitall(int(rreqs_.size()), rreqs_.data(), MPI_STATUSES_IGNORE),
                 "rank " << rank_ << ", receives " << first << ".." << next << " of a step of "
                         << sends.size() << " sends and " << recvs.size() << " receives");
@@ -311,7 +315,7 @@ class MpiTransport final : public Transport {
       first = next;
       staged_n = post_receives(recvs, next);
     }
-    WaitScope watched(slot(), WaitKind::Send, sends.empty() ? -1 : sends[0].to);
+    WaitScope watched(slot(), WaitKind::Send, sends.empty() ? -1 : name(sends[0].to));
     MPI_CHECK(MPI_Waitall(int(sreqs_.size()), sreqs_.data(), MPI_STATUSES_IGNORE),
               "rank " << rank_ << ", sends of a step of " << sends.size() << " sends and "
                       << recvs.size() << " receives");
@@ -419,7 +423,7 @@ class MpiTransport final : public Transport {
   [[noreturn]] void abort(int rank, const std::string& why) override {
     aborted_ = true;
     if (direct_ok_) header(0)->barrier.abort();
-    mpi_abort_job(rank, why);
+    mpi_abort_job(whole_[size_t(rank_)], why);  // a sub-group's rank by its number in the job
   }
   bool aborted() const override { return aborted_; }
   bool direct_ok() const { return direct_ok_; }
@@ -433,7 +437,8 @@ class MpiTransport final : public Transport {
   struct Header {
     ShmBarrier barrier;
     std::atomic<int64_t> published[2];
-    WatchSlot watch;  // this rank's wait slot, read by every process's watchdog
+    WatchSlot watch;  // this rank's wait slot, read by every process's watchdog (the whole
+                      // group's: a sub-group's board views those, make_board)
   };
   static_assert(sizeof(Header) <= ShmArena::kHeader);
   ShmArena* arena() const { return sh_ ? sh_->arena.get() : nullptr; }
@@ -450,8 +455,10 @@ class MpiTransport final : public Transport {
   }
   // The watchdog's view (src/core/watchdog.h): with shared memory the slots of every member on
   // this node, in the control blocks; over messages this rank's only (a wait then names the peer
-  // it waits on). A sub-group's board names its own ranks.
-  void make_board() {
+  // it waits on). A sub-group's board is a view of its parent's (parent, members: its ranks in
+  // the parent's numbers): the whole group's slots, so that every process judges the whole group
+  // (a rank waiting in its node's group is not one that never arrived) in its ranks' numbers.
+  void make_board(const WatchBoard* parent = nullptr, const std::vector<int>* members = nullptr) {
     std::vector<WatchSlot*> peers(size_t(size_), nullptr);
     if (arena()) {
       pids_.clear();
@@ -461,9 +468,15 @@ class MpiTransport final : public Transport {
       }
     }
     ptrs_.assign(size_t(size_), nullptr);
+    if (parent && members) {
+      board_ = std::make_unique<WatchBoard>(*parent, *members);
+      return;
+    }
     board_ = std::make_unique<WatchBoard>(size_, rank_, arena() ? &header(rank_)->watch : nullptr,
                                           peers);
   }
+  // A rank of this group as the watchdog's messages name it: its number in the whole group.
+  int name(int rank) const { return board_ ? board_->name(rank) : whole_[size_t(rank)]; }
   // A sub-group's control block: in this process's arena, its offset told to every member.
   void setup_sub_shm() {
     ctl_off_.assign(size_t(size_), 0);

@@ -2,6 +2,8 @@
 // and the watchdog thread (see watchdog.h).
 #include "src/core/watchdog.h"
 
+#include "src/core/check.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,6 +13,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 namespace dpb {
 namespace {
@@ -49,9 +53,10 @@ std::string at_step(const SlotView& v) {
   return "epoch " + std::to_string(v.epoch) + (v.step >= 0 ? ", step " + std::to_string(v.step) : "");
 }
 
-// "all-reduce ring 4.2 MB (a barrier; epoch 1, step 3)"
+// "all-reduce ring 4.2 MB (a barrier; epoch 1, step 3)", "... in node 1's group (a barrier)"
 std::string where(const SlotView& v) {
   std::string s = v.label.empty() ? wait_kind_name(v.kind) : v.label;
+  if (!v.group.empty()) s += " in " + v.group;
   std::string more = v.label.empty() ? "" : wait_kind_name(v.kind);
   if (v.kind == WaitKind::Receive && v.peer >= 0) more += " from rank " + std::to_string(v.peer);
   if (v.kind == WaitKind::Send && v.peer >= 0) more += " to rank " + std::to_string(v.peer);
@@ -107,38 +112,57 @@ int64_t watch_now_ns() {
 
 // ---------------------------------------------------------------- WatchSlot
 
+namespace {
+
+// n words of text (cut to 8 n - 1 characters, zero-padded), and back.
+template <int N>
+void store_text(std::atomic<uint64_t> (&words)[N], std::string_view text) {
+  char buf[N * 8] = {};
+  std::memcpy(buf, text.data(), std::min(text.size(), sizeof buf - 1));
+  for (int i = 0; i < N; ++i) {
+    uint64_t w;
+    std::memcpy(&w, buf + 8 * i, 8);
+    words[i].store(w, std::memory_order_relaxed);
+  }
+}
+template <int N>
+std::string load_text(const std::atomic<uint64_t> (&words)[N]) {
+  char buf[N * 8];
+  for (int i = 0; i < N; ++i) {
+    const uint64_t w = words[i].load(std::memory_order_relaxed);
+    std::memcpy(buf + 8 * i, &w, 8);
+  }
+  return std::string(buf, strnlen(buf, sizeof buf));
+}
+
+// A consistent read of a slot's label and group, written together by set_label.
+std::pair<std::string, std::string> read_label(const WatchSlot& s) {
+  for (int tries = 0; tries < 1000; ++tries) {
+    const uint32_t s0 = s.label_seq.load(std::memory_order_acquire);
+    if (s0 & 1) continue;
+    std::pair<std::string, std::string> t{load_text(s.label), load_text(s.group)};
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (s.label_seq.load(std::memory_order_relaxed) == s0) return t;
+  }
+  return {};  // written all the time: say nothing rather than a torn text
+}
+
+}  // namespace
+
 // A sequence lock: the writer (the rank, once per collective call) makes the count odd, writes
 // the words, makes it even; a reader retries until it read the words between two equal even
 // counts. Plain atomics throughout, so that readers in other processes need nothing else.
-void WatchSlot::set_label(std::string_view text) {
-  char buf[kLabelWords * 8] = {};
-  std::memcpy(buf, text.data(), std::min(text.size(), sizeof buf - 1));
+void WatchSlot::set_label(std::string_view text, std::string_view group_name) {
   const uint32_t s = label_seq.load(std::memory_order_relaxed);
   label_seq.store(s + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  for (int i = 0; i < kLabelWords; ++i) {
-    uint64_t w;
-    std::memcpy(&w, buf + 8 * i, 8);
-    label[i].store(w, std::memory_order_relaxed);
-  }
+  store_text(label, text);
+  store_text(group, group_name);
   label_seq.store(s + 2, std::memory_order_release);
 }
 
-std::string WatchSlot::label_text() const {
-  for (int tries = 0; tries < 1000; ++tries) {
-    const uint32_t s0 = label_seq.load(std::memory_order_acquire);
-    if (s0 & 1) continue;
-    char buf[kLabelWords * 8];
-    for (int i = 0; i < kLabelWords; ++i) {
-      const uint64_t w = label[i].load(std::memory_order_relaxed);
-      std::memcpy(buf + 8 * i, &w, 8);
-    }
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (label_seq.load(std::memory_order_relaxed) == s0)
-      return std::string(buf, strnlen(buf, sizeof buf));
-  }
-  return "";  // written all the time: say nothing rather than a torn text
-}
+std::string WatchSlot::label_text() const { return read_label(*this).first; }
+std::string WatchSlot::group_text() const { return read_label(*this).second; }
 
 // ---------------------------------------------------------------- WaitScope
 
@@ -191,13 +215,34 @@ WatchBoard::WatchBoard(int k, int mine, WatchSlot* own, const std::vector<WatchS
   enroll();
 }
 
+WatchBoard::WatchBoard(const WatchBoard& parent, const std::vector<int>& members)
+    : slots_(members.size(), nullptr), local_(members.size(), false), names_(members.size(), -1),
+      parent_group_(parent.group_) {
+  for (size_t i = 0; i < members.size(); ++i) {
+    const int m = members[i];
+    DPB_CHECK(m >= 0 && m < parent.size(), "watch board of a sub-group: member " << i << " is rank "
+                                               << m << ", not in a group of " << parent.size());
+    slots_[i] = parent.slots_[size_t(m)];
+    local_[i] = parent.local_[size_t(m)];
+    names_[i] = parent.name(m);
+  }
+  // Not enrolled: these slots are the parent's, so the root board (enrolled) sees these waits,
+  // among every rank of the whole group, which is what tells who never arrived.
+}
+
+void WatchBoard::set_group(const std::string& text) {
+  group_ = parent_group_.empty() ? text : text + " within " + parent_group_;
+}
+
 void WatchBoard::enroll() {
   Registry& reg = registry();
   std::lock_guard<std::mutex> lk(reg.mu);
   reg.boards.push_back(this);
+  enrolled_ = true;
 }
 
 WatchBoard::~WatchBoard() {
+  if (!enrolled_) return;
   Registry& reg = registry();
   std::lock_guard<std::mutex> lk(reg.mu);
   reg.boards.erase(std::remove(reg.boards.begin(), reg.boards.end(), this), reg.boards.end());
@@ -218,7 +263,7 @@ SlotView view_slot(const WatchSlot& s, bool local, int64_t now_ns) {
   v.step = s.step.load(std::memory_order_relaxed);
   v.pid = s.pid.load(std::memory_order_relaxed);
   v.ticket = s.ticket.load(std::memory_order_relaxed);
-  v.label = s.label_text();
+  std::tie(v.label, v.group) = read_label(s);
   return v;
 }
 
@@ -234,7 +279,9 @@ StallVerdict judge_stall(const std::vector<SlotView>& ranks) {
   for (int r = 0; r < k; ++r) {
     const SlotView& x = ranks[size_t(r)];
     if (r == v.waiter || !x.visible) continue;
-    const bool other_barrier = x.waiting && w.ticket >= 0 && x.ticket >= 0 && x.ticket != w.ticket;
+    // Generations of one barrier only: a rank waiting in another sub-group waits elsewhere.
+    const bool other_barrier = x.waiting && w.ticket >= 0 && x.ticket >= 0 && x.group == w.group &&
+                               x.ticket != w.ticket;
     const bool halted = x.proc_state == 'T' || x.proc_state == 't' || x.proc_state == 'Z' ||
                         x.proc_state == 'X';
     if (!x.waiting || other_barrier || halted) v.culprits.push_back(r);
@@ -257,7 +304,7 @@ std::string stall_message(const std::vector<SlotView>& ranks, const StallVerdict
     const SlotView& x = ranks[size_t(r)];
     if (r == v.waiter || !x.visible || !x.waiting) continue;
     o << "; rank " << r << " waits too (" << secs(x.waited_s);
-    if (x.label != w.label || x.kind != w.kind) o << ", in " << where(x);
+    if (x.label != w.label || x.kind != w.kind || x.group != w.group) o << ", in " << where(x);
     o << ")";
   }
   for (int c : v.culprits) o << "; " << culprit_state(ranks[size_t(c)], c);
