@@ -5,10 +5,14 @@
 #     seconds, naming rank 1 as the rank that never arrived and where rank 0 waits; no CSV row.
 #   threads: a 3 s delay under --timeout 8 (warn threshold 2 s): exit 0, a warning naming rank 1,
 #     the epoch's CSV row flagged (stalled_s >= 2); without a delay stalled_s is 0.
+#   threads, two levels (issue 26): --nodes 2 --devices 4 --allreduce hier, rank 3 sleeps 20 s in
+#     backward under --timeout 3 while the others wait at the sub-groups' barriers: exit 5 naming
+#     rank 3 (the whole group's number) and the sub-group waited in.
 #   processes (mpirun -np 2, shared memory; -np 3 over MPI messages, DPB_SHM=0; dpbench-micro
 #     -np 2): rank 1's process SIGSTOPped: every process ends within timeout + a few s with exit 5
-#     and the message, no CSV row for the stalled epoch, no temp file left.
-# The mpirun part is skipped (77 only if nothing ran) without mpirun or an MPI build. About 30 s.
+#     and the message, no CSV row for the stalled epoch, no temp file left. Two levels: the hier
+#     case above as DPB_NODES=2 mpirun -np 4 (sub-communicators): exit 5, "rank 3 never arrived".
+# The mpirun part is skipped (77 only if nothing ran) without mpirun or an MPI build. About 60 s.
 set -u
 B="$1"
 BIN="$B/dpbench"
@@ -58,6 +62,24 @@ python3 -c "import sys; sys.exit(0 if 2.0 <= float('$s') < 8 else 1)" || fail "w
   || fail "quiet run failed"
 [ "$(stalled_col "$tmp/quiet.csv")" = "0" ] || fail "quiet run: stalled_s=$(stalled_col "$tmp/quiet.csv")"
 echo "ok: a 3 s stall under --timeout 8 is warned about and flagged (stalled_s=$s); a quiet run has 0"
+
+# ---- two levels: rank 3 never arrives while the others wait in node and cross-node groups.
+# Before, the views' barriers were unwatched (threads: no verdict) and a sub-group's verdict named
+# its own ranks (processes: "rank 1 never arrived" for rank 3).
+HIER=("${MLP[@]}" --allreduce hier --epochs 1 --timeout 3 --inject delay:rank=3,phase=backward,ms=20000)
+hier_verdict() {  # WHAT LIMIT: exit 5 within LIMIT s, the verdict naming rank 3 and a sub-group
+  [ $rc -eq 5 ] || fail "$1: rc=$rc (want 5)"
+  [ $dt -le $2 ] || fail "$1: took ${dt}s (at most $2)"
+  grep -q "watchdog: rank 3 never arrived: rank [0-2] has waited 3\.[0-9] s for it in .* in \(node 1's group\|the cross-node group of local rank [01]\) (" \
+    "$tmp/out.txt" || fail "$1: message"
+  grep -q "never arrived.*epoch 1, step 0" "$tmp/out.txt" || fail "$1: no epoch/step in the message"
+  grep -q "watchdog: rank [0-2] never arrived" "$tmp/out.txt" && fail "$1: a sub-group's rank number named"
+  echo "ok: $1: exit 5 in ${dt}s: $(grep -o 'rank 3 never arrived.*' "$tmp/out.txt" | head -1 | cut -c1-160)"
+}
+t0=$SECONDS
+timeout 60 "$BIN" "${HIER[@]}" --devices 4 --nodes 2 --train-limit 480 > "$tmp/out.txt" 2>&1; rc=$?
+dt=$((SECONDS - t0))
+hier_verdict "threads 2 x 2 hier, rank 3 stalled" 15
 
 # ---- processes
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found: processes untested"; exit 0; }
@@ -112,3 +134,10 @@ stop_rank1 2 3 "one rank each" "$MICRO" --dpb_timeout=3 --benchmark_min_time=30 
 grep -q "watchdog: rank 1 never arrived" "$tmp/out.txt" || fail "micro np 2: message"
 ls "$tmp"/micro.json* >/dev/null 2>&1 && fail "micro np 2: $(ls "$tmp"/micro.json*) left"
 echo "ok: dpbench-micro under mpirun -np 2, rank 1 stopped: exit 5 ${dt}s later, no output file left"
+
+t0=$SECONDS
+DPB_NODES=2 timeout 60 mpirun --oversubscribe --bind-to none -x DPB_NODES -np 4 "$BIN" "${HIER[@]}" \
+    --train-limit 480 > "$tmp/out.txt" 2>&1; rc=$?
+dt=$((SECONDS - t0))
+# 9 s in all at load 4 on 2 cores (4 processes to start): 20 s leaves room for a loaded CI machine
+hier_verdict "mpirun -np 4 on 2 x 2 emulated nodes, hier, rank 3 stalled" 20
