@@ -69,7 +69,8 @@ TEST(Tables, LauncherEnumAndLinkPacing) {
   }
   EXPECT_FALSE(find_allreduce("mpi").link_paced);
   EXPECT_TRUE(find_allreduce("ring").link_paced);
-  EXPECT_EQ(link_paced_algorithms(BackendKind::Cpu, Launcher::Mpi), "naive, ring, direct, rhd or auto");
+  EXPECT_EQ(link_paced_algorithms(BackendKind::Cpu, Launcher::Mpi),
+            "naive, ring, direct, rhd, hier or auto");
   EXPECT_EQ(link_paced_algorithms(BackendKind::Cpu, Launcher::Threads),
             "naive, ring, direct, rhd, hier or auto");
 }
@@ -89,7 +90,7 @@ TEST(Tables, TrainRefusalsFromFields) {
   cfg.allreduce = "mpi";
   EXPECT_EQ(validate_error(cfg),
             "--link-gbps/--link-latency-us: --allreduce mpi (MPI_Allreduce) is not paced by the "
-            "emulated link; use naive, ring, direct, rhd or auto, or omit the link");
+            "emulated link; use naive, ring, direct, rhd, hier or auto, or omit the link");
   cfg.link.gbps = 0;
   cfg.procs = ProcessPlace{};
   const std::string threads = validate_error(cfg);
