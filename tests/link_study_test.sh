@@ -3,7 +3,7 @@
 # micro (every registry algorithm on a fast emulated link), overlap (LeNet), check (LeNet, k = 1
 # and 2, one epoch of 256 examples), plot-suite (from a sync.csv made of the check's runs),
 # shard-check (a small MLP at k = 2, --shard none and parameters, within a loose bound),
-# nodes-check (the MLP on 2 x 2 emulated nodes, the default ring vs hier). The
+# nodes-check (the MLP on 2 x 2 and 3 x 2 emulated nodes, ring vs hier: 8 points). The
 # figure mode runs in ./run_all.sh (regression_smoke.sh). Plots need matplotlib: the script runs
 # under /usr/bin/python3 (Debian's), as run_all.sh does. Exit 77 (skipped) without matplotlib.
 set -u
@@ -69,20 +69,27 @@ for r in rows:
     assert float(r["predicted_s"]) > 0 and float(r["measured_s"]) > 0, r
     assert abs(float(r["error_pct"])) <= 50, r
 PY
-# nodes-check (issue 26): the MLP on 2 x 2 emulated nodes, a network 10x slower, the flat ring and
-# hier, overlap off and on; the same loose bound (the study's target is 15%).
-study nodes-check --out "$tmp" --models mlp --shapes 2x2 --epochs 2 --train-limit 1024 \
-    --profile-steps 3 >"$tmp/nodes.log" 2>&1 || { fail "nodes-check"; tail -5 "$tmp/nodes.log"; }
-"$PY" - "$tmp/link-nodes-check.csv" <<'PY' || { fail "nodes-check CSV"; tail -8 "$tmp/nodes.log"; }
+# nodes-check (issue 26): projection vs emulated runs on 8 points: the MLP on 2 x 2 and 3 x 2
+# emulated nodes, a network 10x slower, the flat ring and hier, overlap off and on. The target is
+# 15% (30 of 32 points within it on a quiet machine, results/README.md); ctest runs beside another
+# test on 2 cores, which stretches a run but not its profile (one run beside the dpb_tests shards:
+# 4 of 8 within 15%, median 13.9%, max 41.6%; alone: all 8, max 13.7%), so CI asks for a median
+# within 20% and every point within 50%.
+study nodes-check --out "$tmp" --models mlp --shapes 2x2,3x2 --epochs 2 --train-limit 1024 \
+    --profile-steps 5 >"$tmp/nodes.log" 2>&1 || { fail "nodes-check"; tail -5 "$tmp/nodes.log"; }
+"$PY" - "$tmp/link-nodes-check.csv" <<'PY' || { fail "nodes-check CSV"; tail -12 "$tmp/nodes.log"; }
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-assert len(rows) == 4 and {r["nodes"] for r in rows} == {"2"}, rows
+assert len(rows) == 8 and {r["shape"] for r in rows} == {"2x2", "3x2"}, rows
+errs = [abs(float(r["error_pct"])) for r in rows]
 for r in rows:
     assert float(r["predicted_s"]) > 0 and float(r["measured_s"]) > 0, r
     assert abs(float(r["error_pct"])) <= 50, r
-# On a 10x slower network hier sends 1/2 of the data across: projected cheaper than the ring.
-comm = {(r["allreduce"], r["overlap"]): float(r["predicted_comm_s"]) for r in rows}
-algs = sorted({a for a, _ in comm})
-assert len(algs) == 2 and comm[(algs[0], "off")] != comm[(algs[1], "off")], comm
+assert sorted(errs)[3] <= 20 and sorted(errs)[4] <= 20, errs  # the median of 8
+# On a 10x slower network hier sends 1/g of the data across: projected cheaper than the ring.
+comm = {(r["shape"], r["allreduce"], r["overlap"]): float(r["predicted_comm_s"]) for r in rows}
+for shape in ("2x2", "3x2"):
+    assert comm[(shape, "hier", "off")] < comm[(shape, "ring", "off")], comm
+print("nodes-check: |error| %s%%" % ", ".join("%.1f" % e for e in errs))
 PY
 [ $fails -eq 0 ] && echo "link_study_test: all passed" || { echo "link_study_test: $fails failure(s)"; exit 1; }
