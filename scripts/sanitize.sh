@@ -59,6 +59,9 @@ straggler                           timing assertions on injected sleeps (45 s);
 mpi_agree                           argument mismatches under mpirun (26 s); check_ranks_agree runs sanitized in Agree.*
 chaos                               faults under mpirun with time limits (45 s); the same paths run sanitized in mpi_kill, divergence_cli, Agree.*, Divergence.*, Files*
 watchdog                            stalls with time limits under mpirun (60 s); the slots, the verdict and the message run sanitized in Watchdog.*
+hier_micro                          timing bounds (hier against the ring on a paced link); hier runs sanitized in Hier.* and mpi_hier
+link_study                          projection against timed runs (error bounds); the projection runs sanitized in Projection.* and TwoLevelCost.*
+cluster_suite                       Python report and planning, plus quick runs whose hier training runs sanitized in HierTrain.*
 '
 asan_skip="^($(awk 'NF {print $1}' <<<"$asan_skip_table" | paste -sd'|'))\$"
 # The GoogleTest ones (names with a dot) as a filter: build-asan runs GoogleTest in 4 ctest shards
