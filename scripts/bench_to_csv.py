@@ -19,12 +19,14 @@ to a temporary file beside the target and renamed into place (never half-written
 """
 import argparse
 import csv
+import io
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchnames  # noqa: E402  (the one parser of benchmark names)
+from suitelib import write_atomic  # noqa: E402  (PATH.tmp<pid>, renamed; run_suite cleans stale ones)
 
 COLUMNS = [
     "name", "backend", "kind", "algorithm_mode", "model", "ranks", "devices", "bytes", "shared_gpu",
@@ -96,21 +98,13 @@ def rows_of(doc, quick=False):
         yield row, ctx
 
 
-def write_atomic(path, header, rows):
-    # PATH.tmp<pid>, as suitelib.write_atomic: the umask's permissions (mkstemp's are 0600), and
-    # run_suite removes one a killed run left (suitelib.stale_temps).
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=header, extrasaction="raise", restval="")
-            w.writeheader()
-            for r in rows:
-                w.writerow(r)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def write_csv_atomic(path, header, rows):
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=header, extrasaction="raise", restval="")
+    w.writeheader()
+    for r in rows:
+        w.writerow(r)
+    write_atomic(path, buf.getvalue())
 
 
 def main(argv):
@@ -143,7 +137,7 @@ def main(argv):
         for k, col in zip(ctx_keys, ctx_cols):
             r[col] = ctx.get(k, "")
         merged.append(r)
-    write_atomic(out, COLUMNS + ctx_cols, merged)
+    write_csv_atomic(out, COLUMNS + ctx_cols, merged)
     print("bench_to_csv.py: %d rows -> %s" % (len(merged), out))
     return 0
 

@@ -30,6 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchnames  # noqa: E402
+from suitelib import write_atomic  # noqa: E402
 
 UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
@@ -108,20 +109,6 @@ def rules_for(by_size, margin):
     return rules
 
 
-def write_atomic(path, text):
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"  # the umask's permissions (mkstemp's are 0600)
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -163,6 +150,7 @@ def main(argv):
            "decided_by": "scripts/tune_allreduce.py " + " ".join(argv),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "tables": tables}
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     write_atomic(args.output, json.dumps(doc, indent=1) + "\n")
     for t in tables:
         desc = "; ".join(r["algorithm"] + ("" if r["up_to_bytes"] is None else f"<={r['up_to_bytes']}")
