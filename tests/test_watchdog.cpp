@@ -48,6 +48,46 @@ SlotView working(int epoch = -1, int step = -1) {
   return v;
 }
 
+// Runs all-reduce `alg` on the group's ranks (1000 floats each, at epoch 1, step 5) with rank
+// `missing` never arriving (at that step too when missing_at_step), under a 1 s watchdog whose
+// handler records the verdict and aborts the group so that the waiters return; checks that the
+// verdict came after the timeout and well before 10 s, and returns it.
+std::string stall_verdict(CommGroup& group, const std::string& alg, int missing,
+                          bool missing_at_step) {
+  const int k = group.size();
+  auto ar = make_allreduce(alg, group);
+  std::mutex mu;
+  std::string verdict;
+  WatchdogOptions o;
+  o.timeout_s = 1;
+  o.period_s = 0.02;
+  o.on_warn = [](const std::string&) {};
+  o.on_timeout = [&](const std::string& m) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      verdict = m;
+    }
+    group.abort(missing, "the watchdog's test ends the wait");
+  };
+  Watchdog dog(o);
+  std::vector<std::vector<float>> bufs(size_t(k), std::vector<float>(1000, 1.0f));
+  const auto t0 = std::chrono::steady_clock::now();
+  on_ranks(k, [&](int r) {
+    if (r == missing && !missing_at_step) return;  // never arrives
+    group.watch_slot(r)->set_step(1, 5);
+    if (r == missing) return;  // never arrives
+    try {
+      ar->run(r, bufs[size_t(r)].data(), bufs[size_t(r)].size());
+    } catch (const Error&) {  // aborted by the handler
+    }
+  });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(took, 1.0);
+  EXPECT_LT(took, 10.0);
+  std::lock_guard<std::mutex> lk(mu);
+  return verdict;
+}
+
 TEST(Watchdog, WaitScopeMarksOnlyTheOuterWaitAndKeepsTheLongest) {
   WatchSlot s;
   EXPECT_EQ(s.since_ns.load(), 0);
@@ -181,38 +221,8 @@ TEST(Watchdog, WarnsOnceThenTimesOutOnABoard) {
 TEST(Watchdog, ThreadsGroupTimesOutNamingTheRankThatNeverArrived) {
   // Three CPU ranks; ranks 0 and 2 enter an all-reduce, rank 1 never does. The watchdog's
   // handler (here: record, then abort the group so that the waiters return) gets the verdict.
-  const int k = 3;
-  CpuRanks ranks(k);
-  CommGroup& group = ranks.group;
-  auto ar = make_allreduce("ring", group);
-  std::mutex mu;
-  std::string verdict;
-  WatchdogOptions o;
-  o.timeout_s = 1;
-  o.period_s = 0.02;
-  o.on_warn = [](const std::string&) {};
-  o.on_timeout = [&](const std::string& m) {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      verdict = m;
-    }
-    group.abort(1, "the watchdog's test ends the wait");
-  };
-  Watchdog dog(o);
-  std::vector<std::vector<float>> bufs(k, std::vector<float>(1000, 1.0f));
-  const auto t0 = std::chrono::steady_clock::now();
-  on_ranks(k, [&](int r) {
-    if (r == 1) return;  // never arrives
-    group.watch_slot(r)->set_step(1, 5);
-    try {
-      ar->run(r, bufs[size_t(r)].data(), bufs[size_t(r)].size());
-    } catch (const Error&) {  // aborted by the handler
-    }
-  });
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::lock_guard<std::mutex> lk(mu);
-  EXPECT_GE(took, 1.0);
-  EXPECT_LT(took, 10.0);
+  CpuRanks ranks(3);
+  const std::string verdict = stall_verdict(ranks.group, "ring", 1, false);
   for (const char* want : {"rank 1 never arrived", "has waited 1.", "allreduce ring 4.0 KB",
                            "epoch 1, step 5", "waits too", "in no collective"})
     EXPECT_NE(verdict.find(want), std::string::npos) << want << " not in: " << verdict;
@@ -302,40 +312,10 @@ TEST(Watchdog, HierOnTwoNodesNamesTheWholeGroupsRankThatNeverArrived) {
   // 2 x 2 emulated nodes as threads, hier all-reduce: rank 3 never arrives. Rank 2 waits at node
   // 1's view barrier (the node's reduce-scatter), ranks 0 and 1 at their cross-node groups'
   // (issue 26: these barriers were not watched, and a sub-group's verdict said "rank 1").
-  const int k = 4;
   LinkSpec link;
   link.nodes = 2;
-  CpuRanks ranks(k, link);
-  CommGroup& group = ranks.group;
-  auto ar = make_allreduce("hier", group);
-  std::mutex mu;
-  std::string verdict;
-  WatchdogOptions o;
-  o.timeout_s = 1;
-  o.period_s = 0.02;
-  o.on_warn = [](const std::string&) {};
-  o.on_timeout = [&](const std::string& m) {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      verdict = m;
-    }
-    group.abort(3, "the watchdog's test ends the wait");
-  };
-  Watchdog dog(o);
-  std::vector<std::vector<float>> bufs(k, std::vector<float>(1000, 1.0f));
-  const auto t0 = std::chrono::steady_clock::now();
-  on_ranks(k, [&](int r) {
-    group.watch_slot(r)->set_step(1, 5);
-    if (r == 3) return;  // never arrives
-    try {
-      ar->run(r, bufs[size_t(r)].data(), bufs[size_t(r)].size());
-    } catch (const Error&) {  // aborted by the handler
-    }
-  });
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::lock_guard<std::mutex> lk(mu);
-  EXPECT_GE(took, 1.0);
-  EXPECT_LT(took, 10.0);
+  CpuRanks ranks(4, link);
+  const std::string verdict = stall_verdict(ranks.group, "hier", 3, true);
   for (const char* want : {"rank 3 never arrived", "in node 1's group (a barrier; epoch 1, step 5)",
                            "in the cross-node group of local rank 0",
                            "in the cross-node group of local rank 1",
