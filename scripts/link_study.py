@@ -295,13 +295,25 @@ def measure_and_project(a, args, train, csv_path, prof, profile_steps):
     return measured, exposed, pred
 
 
+def kept_rows(out_csv, models):
+    """A check's earlier rows of the models not run this time (a check can run one model at a
+    time): they stay in its CSV."""
+    if not os.path.exists(out_csv):
+        return []
+    with open(out_csv) as f:
+        return [r for r in csv.DictReader(f) if r["model"] not in models]
+
+
+def error_summary(errs):
+    """|error| percentages of a check: median, max, how many within the 15% target."""
+    return (f"|error| median {statistics.median(errs):.1f}%, max {max(errs):.1f}%, "
+            f"{sum(x <= 15 for x in errs)}/{len(errs)} within 15%")
+
+
 def cmd_check(a):
     csv_path = os.path.join(a.out, "link-check-train.csv")
-    rows = []  # rows of models not run this time are kept (the check can run one model at a time)
-    if os.path.exists(os.path.join(a.out, "link-check.csv")):
-        with open(os.path.join(a.out, "link-check.csv")) as f:
-            rows = [{k: (v if k in ("model", "overlap") else float(v)) for k, v in r.items()}
-                    for r in csv.DictReader(f) if r["model"] not in a.models]
+    rows = [{k: (v if k in ("model", "overlap") else float(v)) for k, v in r.items()}
+            for r in kept_rows(os.path.join(a.out, "link-check.csv"), a.models)]
     for model, c in CHECK.items():
         if model not in a.models:
             continue
@@ -351,10 +363,7 @@ def cmd_shard_check(a):
     """dpbench project --shard MODE vs dpbench train --shard MODE on an emulated link."""
     csv_path = os.path.join(a.out, "link-shard-check-train.csv")
     out_csv = os.path.join(a.out, "link-shard-check.csv")
-    rows = []  # rows of models not run this time are kept
-    if os.path.exists(out_csv):
-        with open(out_csv) as f:
-            rows = [r for r in csv.DictReader(f) if r["model"] not in a.models]
+    rows = kept_rows(out_csv, a.models)
     modes = a.shards or SHARD_MODES
     for model, c in SHARD_CHECK.items():
         if model not in a.models:
@@ -396,18 +405,14 @@ def cmd_shard_check(a):
               f"{r['overlap']:>3} {float(r['predicted_s']):>11.3f} {float(r['measured_s']):>10.3f} "
               f"{err:>6.1f}% {float(r['load']):>5.1f}")
     for mode, e in errs.items():
-        print(f"{mode:10}: |error| median {statistics.median(e):.1f}%, max {max(e):.1f}%, "
-              f"{sum(x <= 15 for x in e)}/{len(e)} within 15%")
+        print(f"{mode:10}: {error_summary(e)}")
 
 
 def cmd_nodes_check(a):
     """dpbench project vs dpbench train on G x N emulated nodes: algorithms x overlap x shard."""
     csv_path = os.path.join(a.out, "link-nodes-check-train.csv")
     out_csv = os.path.join(a.out, "link-nodes-check.csv")
-    rows = []  # rows of models not run this time are kept
-    if os.path.exists(out_csv):
-        with open(out_csv) as f:
-            rows = [r for r in csv.DictReader(f) if r["model"] not in a.models]
+    rows = kept_rows(out_csv, a.models)
     for model, c in NODES_CHECK.items():
         if model not in a.models:
             continue
@@ -455,8 +460,7 @@ def cmd_nodes_check(a):
               f"{r['overlap']:>3} {float(r['predicted_s']):>11.3f} {float(r['measured_s']):>10.3f} "
               f"{err:>6.1f}% {float(r['load']):>5.1f}")
     if errs:
-        print(f"|error| median {statistics.median(errs):.1f}%, max {max(errs):.1f}%, "
-              f"{sum(x <= 15 for x in errs)}/{len(errs)} within 15%")
+        print(error_summary(errs))
 
 
 def cmd_figure(a):
