@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -40,13 +39,7 @@ class GroupView final : public Transport {
     ordered_ = p_.kind() != BackendKind::Cpu;
     if (const WatchBoard* pb = p_.watch_board())
       board_ = std::make_unique<WatchBoard>(*pb, members_);
-    p_.watch_abort([this](const std::string& why) {
-      {
-        std::lock_guard<std::mutex> lk(why_mu_);
-        if (why_.empty()) why_ = why;
-      }
-      barrier_.abort();
-    });
+    p_.watch_abort([this](const std::string&) { barrier_.abort(); });
   }
 
   Launcher launcher() const override { return p_.launcher(); }
@@ -120,6 +113,7 @@ class GroupView final : public Transport {
 
   void abort(int rank, const std::string& why) override { p_.abort(members_[size_t(rank)], why); }
   bool aborted() const override { return p_.aborted(); }
+  std::string abort_reason() const override { return p_.abort_reason(); }
   WatchBoard* watch_board() override { return board_.get(); }
 
  private:
@@ -129,12 +123,10 @@ class GroupView final : public Transport {
   }
   // The member's slot (the whole group's, via the parent's board), or nullptr when not watched.
   WatchSlot* slot(int rank) const { return board_ ? board_->local_slot(rank) : nullptr; }
+  // The parent's reason: it is set before the parent's aborted flag, which a rank may see before
+  // the parent's wake reaches this view.
   [[noreturn]] void throw_aborted(int rank) {
-    std::string why;
-    {
-      std::lock_guard<std::mutex> lk(why_mu_);
-      why = why_;
-    }
+    const std::string why = p_.abort_reason();
     throw Error("rank " + std::to_string(members_[size_t(rank)]) +
                 ": collective aborted because " + (why.empty() ? "the group was aborted" : why));
   }
@@ -145,8 +137,6 @@ class GroupView final : public Transport {
   std::vector<void*> host_ptrs_;
   HostBarrier barrier_;
   bool ordered_ = false;
-  std::mutex why_mu_;
-  std::string why_;
   std::unique_ptr<WatchBoard> board_;  // over the parent's board (nullptr: the parent has none)
 };
 

@@ -281,6 +281,7 @@ class PacedTransport final : public Transport {
   }
   void abort(int rank, const std::string& why) override { in_->abort(rank, why); }
   bool aborted() const override { return in_->aborted(); }
+  std::string abort_reason() const override { return in_->abort_reason(); }
   long barrier_spin_ns() const override { return in_->barrier_spin_ns(); }
   void set_barrier_spin_ns(long ns) override { in_->set_barrier_spin_ns(ns); }
 

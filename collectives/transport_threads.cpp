@@ -121,6 +121,10 @@ class ThreadTransport final : public Transport {
       while (f.v.load() != 0) std::this_thread::yield();
   }
   bool aborted() const override { return aborted_.load(); }
+  std::string abort_reason() const override {
+    std::lock_guard<std::mutex> lk(why_mu_);
+    return why_;
+  }
   // Every rank's wait slot: the watchdog sees the whole group (src/core/watchdog.h).
   WatchBoard* watch_board() override { return &board_; }
 
@@ -179,7 +183,7 @@ class ThreadTransport final : public Transport {
   WatchBoard board_{k_};  // after k_: sized by it
   std::atomic<bool> aborted_{false};
   std::vector<InStepFlag> in_step_;  // per rank: inside step() (see InStep)
-  std::mutex why_mu_;
+  mutable std::mutex why_mu_;
   std::string why_;
   std::vector<std::function<void(const std::string&)>> wakers_;  // watch_abort (under why_mu_)
 };

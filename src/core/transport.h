@@ -103,6 +103,9 @@ class Transport {
   // message is printed as "rank R: why" and the job is ended with MPI_Abort.
   virtual void abort(int rank, const std::string& why) = 0;
   virtual bool aborted() const = 0;
+  // Why the group was aborted ("rank R: why" of the first abort), once aborted() is true; "" when
+  // not known here. Sub-group views read it from their parent, so every rank names the cause.
+  virtual std::string abort_reason() const { return ""; }
   // The ranks' wait slots that this process sees (src/core/watchdog.h): the watchdog's view of
   // the group. nullptr: none (the waits are not watched).
   virtual WatchBoard* watch_board() { return nullptr; }
