@@ -495,7 +495,8 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("rank_placement",
                               dpb::pin_mode_from_env() == dpb::PinMode::Never
                                   ? "unbound (DPB_PIN=0)"
-                                  : "rank threads bound to their own CPUs when ranks <= CPUs and "
+                                  : "rank threads bound to their own CPUs (more ranks than CPUs: in "
+                                    "blocks, r on CPU r * CPUs / ranks) when "
                                     "(DPB_PIN unset) no other process was runnable (counters "
                                     "pinned, cpu_rank<r>: the CPU each ran on)");
   size_t ran = 0;

@@ -74,7 +74,15 @@ TEST(RankPlacement, SlicesAreDisjointAndCoverTheCpus) {
   EXPECT_EQ(seen.size(), 5u);
   EXPECT_EQ(rank_cpu_slice(cpus, 2, 0), (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(rank_cpu_slice(cpus, 2, 1), (std::vector<int>{3, 4}));
-  EXPECT_TRUE(rank_cpu_slice(cpus, 6, 0).empty());  // more ranks than CPUs: not pinned
+  // More ranks than CPUs: one CPU each, in blocks (the same placement every run).
+  const std::vector<int> two = {4, 7};
+  std::vector<int> placed;
+  for (int r = 0; r < 4; ++r) placed.push_back(rank_cpu_slice(two, 4, r).at(0));
+  EXPECT_EQ(placed, (std::vector<int>{4, 4, 7, 7}));
+  placed.clear();
+  for (int r = 0; r < 7; ++r) placed.push_back(rank_cpu_slice(cpus, 7, r).at(0));
+  EXPECT_EQ(placed, (std::vector<int>{0, 0, 1, 2, 2, 3, 4}));
+  EXPECT_TRUE(rank_cpu_slice({}, 2, 0).empty());  // no CPU known: not pinned
   EXPECT_TRUE(rank_cpu_slice(cpus, 1, 0).empty());  // one rank: the whole mask
   EXPECT_TRUE(rank_cpu_slice(cpus, 2, 0, /*pin=*/false).empty());
 }
@@ -106,7 +114,8 @@ TEST(RankPlacement, DpbPinEnvironment) {
   setenv("DPB_PIN", "1", 1);
   EXPECT_EQ(pin_mode_from_env(), PinMode::Always);
   EXPECT_TRUE(pin_ranks(PinMode::Always, 2, {0, 1}));
-  EXPECT_FALSE(pin_ranks(PinMode::Always, 3, {0, 1}));  // more ranks than CPUs
+  EXPECT_TRUE(pin_ranks(PinMode::Always, 3, {0, 1}));  // more ranks than CPUs: in blocks
+  EXPECT_FALSE(pin_ranks(PinMode::Always, 2, {}));
   EXPECT_FALSE(pin_ranks(PinMode::Always, 1, {0, 1}));
   setenv("DPB_PIN", "yes", 1);
   EXPECT_THROW(pin_mode_from_env(), Error);

@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -117,8 +118,14 @@ void CpuDevice::load_labels(float* dst, const uint8_t* host, size_t n) {
 
 // ---- communication: no OpenMP and no device state, so safe beside compute ops ----
 
+// In blocks of 256 KB: glibc copies a block larger than its rep-movsb cut-off (AMD: the L2 size)
+// with vector loads, which read lines that another core has just written (the peer's buffer, an
+// all-reduce's every copy) at a third of the rate of the small blocks' rep movsb (a 2 MB copy,
+// two ranks on two cores: 295 us vs 105 us; docs/decisions.md, "Cross-core copies").
 void CpuDevice::comm_copy(float* dst, const float* src, size_t n) {
-  if (n && dst != src) std::memcpy(dst, src, n * sizeof(float));
+  if (n == 0 || dst == src) return;
+  constexpr size_t kBlock = (size_t(256) << 10) / sizeof(float);
+  for (size_t i = 0; i < n; i += kBlock) std::memcpy(dst + i, src + i, std::min(kBlock, n - i) * sizeof(float));
 }
 
 void CpuDevice::comm_reduce(float* dst, const float* src, size_t n) {

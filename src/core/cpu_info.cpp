@@ -204,7 +204,10 @@ std::vector<int> allowed_cpus() {
 
 std::vector<int> rank_cpu_slice(const std::vector<int>& allowed, int k, int r, bool pin) {
   const int n = int(allowed.size());
-  if (!pin || k <= 1 || k > n || r < 0 || r >= k) return {};
+  if (!pin || k <= 1 || n == 0 || r < 0 || r >= k) return {};
+  // More ranks than CPUs: ranks in blocks of about k / n per CPU (0 and 1 on the first of two),
+  // the same placement every run instead of wherever the scheduler puts them.
+  if (k > n) return {allowed[size_t(r) * size_t(n) / size_t(k)]};
   const int base = n / k, extra = n % k;
   const int lo = r * base + std::min(r, extra), len = base + (r < extra ? 1 : 0);
   return std::vector<int>(allowed.begin() + lo, allowed.begin() + lo + len);
@@ -220,7 +223,7 @@ PinMode pin_mode_from_env() {
 }
 
 bool pin_ranks(PinMode mode, int k, const std::vector<int>& allowed) {
-  if (mode == PinMode::Never || k <= 1 || size_t(k) > allowed.size()) return false;
+  if (mode == PinMode::Never || k <= 1 || allowed.empty()) return false;
   return mode == PinMode::Always || others_runnable() == 0;
 }
 

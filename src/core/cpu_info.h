@@ -60,8 +60,11 @@ char parse_task_state(const std::string& stat_line);
 std::vector<int> allowed_cpus();
 // Rank r's CPUs when k ranks share `allowed`: a contiguous slice of size(allowed)/k (the first
 // size % k ranks one more), so that no two ranks' threads (nor the OpenMP and communication
-// threads each rank starts, which inherit its mask) compete for a core. Empty (do not pin) when
-// k exceeds the CPUs, k is 1, or DPB_PIN=0.
+// threads each rank starts, which inherit its mask) compete for a core. More ranks than CPUs:
+// one CPU each, ranks in blocks (rank r on allowed[r * size / k]), so that every run places
+// them alike (left to the scheduler, 4 ranks on 2 CPUs landed differently in each invocation,
+// and their timings spread 1.4-1.9x; issue 25 item 6). Empty (do not pin) when k is 1, no CPU
+// is known, or DPB_PIN=0.
 std::vector<int> rank_cpu_slice(const std::vector<int>& allowed, int k, int r, bool pin = true);
 // DPB_PIN: unset = auto (bind only while no other process has a runnable task: on a busy
 // machine a bound rank waits for its one core's time slice at every hand-off, 40-60 ms for a
