@@ -10,7 +10,10 @@
 //     busbw_GBps = algbw * 2(k-1)/k; wrong = elements off the exact sum in a check run outside
 //     the timed loop (once per benchmark, after the warm-up) on re-initialized buffers (rank r
 //     holds (r+1)*((i%5)+1): small integers, exact in float); timed iterations run on zeros.
-//     CPU only: traffic_GBps (model below), membw_GBps (the bound), bw_fraction = their ratio.
+//     CPU only: traffic_GBps (model below), membw_GBps (the bound), bw_fraction = their ratio,
+//     xcore_GBps (k > 1: the cross-core probe, BenchEnv::cross_core_gbps, just before the
+//     benchmark: how fast a rank read its neighbour's freshly written 2 MiB then; on a VM it moves
+//     with the host between invocations, and the all-reduce times with it).
 //     sent_bytes: the bytes rank 0 sent in the check's call, measured by the group
 //     (CommGroup::sent_bytes; nccl, mpi: their nominal count), beside sent_bytes_schedule, the
 //     schedule's count for rank 0 (collectives/comm_volume.h): the two are equal.
@@ -101,6 +104,7 @@ struct ArRig {
   std::unique_ptr<RankThreads> pool;
   size_t n = 0;
   double bound = 0;  // CPU: membw/cpu/copy with k threads, GB/s
+  double xcore = 0;  // CPU, k > 1: the cross-core probe just before this benchmark, GB/s
   long wrong = -1;   // -1: not checked yet
   uint64_t sent = 0;  // bytes rank 0 sent in the check's call (CommGroup::sent_bytes)
   std::vector<size_t> base;  // each rank's bytes in use before the algorithm was made
@@ -145,7 +149,10 @@ std::shared_ptr<ArRig> make_ar_rig(BenchEnv& env, const BackendEntry& b, Collect
   auto g = std::make_shared<ArRig>();
   g->op = op;
   g->n = bytes / sizeof(float);
-  if (b.kind == BackendKind::Cpu && k > 1) g->bound = env.membw_bound_gbps(k);  // before any timing
+  if (b.kind == BackendKind::Cpu && k > 1) {  // before any timing
+    g->bound = env.membw_bound_gbps(k);
+    g->xcore = env.cross_core_gbps(k);
+  }
   g->ds = std::make_unique<DeviceSet>(b, k, 1, env.cfg().run.link, env.cfg().run.device_mem);
   for (int r = 0; r < k; ++r) {
     Device& dev = (*g->ds)[r];
@@ -213,6 +220,7 @@ void bm_allreduce(benchmark::State& st, BenchEnv& env, const std::string& name, 
     const double traffic = mean > 0 ? factor * (k - 1) * double(bytes) / mean / 1e9 : 0.0;
     st.counters["traffic_GBps"] = traffic;
     st.counters["membw_GBps"] = g->bound;
+    st.counters["xcore_GBps"] = g->xcore;
     st.counters["bw_fraction"] = g->bound > 0 ? traffic / g->bound : 0.0;
   }
 }

@@ -85,6 +85,10 @@ class BenchEnv {
   // 64 MiB buffer with Device::comm_copy: best of 5 after a warm-up. Measured on first use and
   // cached, so every all-reduce of this run is compared with the same bound.
   double membw_bound_gbps(int threads);
+  // The cross-core probe (CopyRig, cross) on k CPU ranks placed as the benchmarks' are: GB/s of
+  // the neighbour's freshly written kCrossProbeBytes each rank reads, median of 7. Not cached:
+  // measured next to each benchmark it explains.
+  double cross_core_gbps(int k);
   // The first n training images (Fashion-MNIST when the directory exists, else random pixels).
   const HostBatch& batch(int n);
 
@@ -146,14 +150,23 @@ std::unique_ptr<RankTimer> make_rank_timer(Device& dev, TimedStream stream);
 // CUDA: a device-to-device copy on each rank's comm stream (k ranks sharing a GPU share its
 // memory), timed by events on that stream. Each rank's time is its own timer's (RankTimer).
 constexpr size_t kMembwBytes = size_t(64) << 20;  // per rank; src + dst far exceed the L3
+constexpr size_t kCrossProbeBytes = size_t(2) << 20;  // a 2-rank 4 MiB ring's chunk
+// Cross-core probe (CPU, k > 1): instead of copying, every rank first rewrites its own source,
+// then adds its right neighbour's (just written on the neighbour's core) into its destination
+// (Device::comm_reduce: what a ring's reduce step does). Its rate is the host's price of moving
+// freshly written lines between the ranks' cores, which on a VM changes from one moment to the
+// next (the 2-core EPYC: 2 MB read at 7-11 GB/s; issue 25 item 6).
 class CopyRig {
  public:
-  CopyRig(const BackendEntry& b, int k, size_t bytes);
+  CopyRig(const BackendEntry& b, int k, size_t bytes, bool cross = false);
   double run_once();                  // one copy on every rank; the slowest rank's seconds
   double gbps(double seconds) const;  // (read + written) bytes of all ranks / seconds / 1e9
+  // cross: bytes of the neighbour's buffer each rank read per second / 1e9 (slowest rank)
+  double cross_gbps(double seconds) const { return double(n_ * sizeof(float)) / seconds / 1e9; }
 
  private:
   size_t n_;
+  bool cross_;
   std::vector<double> t_;
   std::vector<std::unique_ptr<Device>> devs_;
   std::vector<Buffer> src_, dst_;

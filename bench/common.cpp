@@ -126,8 +126,8 @@ double run_timed_loop(benchmark::State& st, RankThreads& pool,
 
 // ---------------------------------------------------------------- CopyRig, BenchEnv
 
-CopyRig::CopyRig(const BackendEntry& b, int k, size_t bytes)
-    : n_(bytes / sizeof(float)), t_(k, 0.0), devs_(make_devices(b.name, k, 1)), pool_(k) {
+CopyRig::CopyRig(const BackendEntry& b, int k, size_t bytes, bool cross)
+    : n_(bytes / sizeof(float)), cross_(cross), t_(k, 0.0), devs_(make_devices(b.name, k, 1)), pool_(k) {
   for (int r = 0; r < k; ++r) {
     src_.emplace_back(*devs_[r], n_, MemCategory::Temporaries, "membw source");
     dst_.emplace_back(*devs_[r], n_, MemCategory::Temporaries, "membw destination");
@@ -139,10 +139,18 @@ CopyRig::CopyRig(const BackendEntry& b, int k, size_t bytes)
 }
 
 double CopyRig::run_once() {
+  const int k = pool_.size();
   pool_.run([&](int r) {
+    if (cross_) {
+      devs_[r]->fill(src_[r].get(), float(r + 1), n_);  // fresh lines in this rank's core
+      devs_[r]->synchronize();
+    }
     pool_.align(r);
     timers_[r]->start();
-    devs_[r]->comm_copy(dst_[r].get(), src_[r].get(), n_);
+    if (cross_)
+      devs_[r]->comm_reduce(dst_[r].get(), src_[(r + 1) % k].get(), n_);
+    else
+      devs_[r]->comm_copy(dst_[r].get(), src_[r].get(), n_);
     timers_[r]->stop();
     t_[r] = timers_[r]->seconds();  // waits for the copy (CUDA: the stop event)
   });
@@ -162,6 +170,15 @@ double BenchEnv::membw_bound_gbps(int threads) {
   double best = 1e30;
   for (int i = 0; i < 5; ++i) best = std::min(best, rig.run_once());
   return membw_[threads] = rig.gbps(best);
+}
+
+double BenchEnv::cross_core_gbps(int k) {
+  CopyRig rig(backend_of_kind(BackendKind::Cpu), k, kCrossProbeBytes, /*cross=*/true);
+  rig.run_once();  // warm-up
+  std::vector<double> t;
+  for (int i = 0; i < 7; ++i) t.push_back(rig.run_once());
+  std::sort(t.begin(), t.end());
+  return rig.cross_gbps(t[t.size() / 2]);
 }
 
 const HostBatch& BenchEnv::batch(int n) {

@@ -6,7 +6,11 @@ and prints per benchmark the min / median / max of its real_time over the invoca
 max/min. Exit 1 when a benchmark of at least --min-bytes (default 64 KiB) spreads more than
 --bound (default 1.3), 2 on bad input or a failed invocation. Also prints the load
 (/proc/loadavg) before and after, and each invocation's rank CPUs and busy verdict from the
-JSON context, so a spread measured on a busy machine is read as such.
+JSON context, so a spread measured on a busy machine is read as such, and the cross-core
+probe's range (counter xcore_GBps: how fast a rank read its neighbour's fresh 2 MiB just before
+the benchmark) with r, the correlation of the time with 1 / probe over the invocations: r near
++1 says the spread is the host's (on a VM, what moving lines between two vCPUs costs changes from
+minute to minute), not the placement's.
 
   scripts/spread_check.py --micro build/dpbench-micro \\
       --filter '^allreduce/cpu/(ring|naive)/ranks:(2|4)/bytes:(65536|4194304)/' -n 8
@@ -29,6 +33,20 @@ def loadavg():
             return f.read().split()[0]
     except OSError:
         return "unknown"
+
+
+def xcore_note(xs, us):
+    """The cross-core probe's range over the invocations (counter xcore_GBps) and the correlation
+    of the time with 1 / probe: near 1, the spread follows the host's cross-core cost."""
+    if not xs or min(xs) <= 0:
+        return ""
+    inv = [1.0 / x for x in xs]
+    r = ""
+    if len(xs) >= 3 and statistics.pstdev(inv) > 0 and statistics.pstdev(us) > 0:
+        mi, mu = statistics.mean(inv), statistics.mean(us)
+        cov = sum((a - mi) * (b - mu) for a, b in zip(inv, us)) / len(xs)
+        r = f" r={cov / (statistics.pstdev(inv) * statistics.pstdev(us)):+.2f}"
+    return f"  xcore {min(xs):.1f}-{max(xs):.1f} GB/s{r}"
 
 
 def main():
@@ -72,7 +90,8 @@ def main():
                 unit = b.get("time_unit", "us")
                 us *= {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[unit]
                 times.setdefault(strip_suffixes(b["name"]), []).append(
-                    (us, ",".join(str(int(b[c])) for c in sorted(b) if c.startswith("cpu_rank"))))
+                    (us, ",".join(str(int(b[c])) for c in sorted(b) if c.startswith("cpu_rank")),
+                     float(b.get("xcore_GBps") or 0)))
     print(f"load after: {loadavg()}")
     if not times:
         print("spread_check: no benchmark ran", file=sys.stderr)
@@ -80,7 +99,7 @@ def main():
     bad = 0
     print(f"{'benchmark':60s} {'min_us':>10s} {'median_us':>10s} {'max_us':>10s} {'max/min':>8s}")
     for name, v in times.items():
-        us = [t for t, _ in v]
+        us = [t for t, _, _ in v]
         lo, med, hi = min(us), statistics.median(us), max(us)
         ratio = hi / lo if lo > 0 else float("inf")
         try:
@@ -89,9 +108,10 @@ def main():
             nbytes = a.min_bytes
         over = nbytes >= a.min_bytes and ratio > a.bound
         bad += over
-        cpus = sorted({c for _, c in v if c})
+        cpus = sorted({c for _, c, _ in v if c})
         print(f"{name:60s} {lo:10.1f} {med:10.1f} {hi:10.1f} {ratio:8.2f}"
-              f"{'  OVER ' + str(a.bound) if over else ''}{'  cpus ' + ' | '.join(cpus) if cpus else ''}")
+              f"{'  OVER ' + str(a.bound) if over else ''}{'  cpus ' + ' | '.join(cpus) if cpus else ''}"
+              f"{xcore_note([x for _, _, x in v], us)}")
     print(f"spread_check: {bad} benchmark(s) over max/min {a.bound} (sizes >= {a.min_bytes} B), "
           f"{a.n} invocations")
     return 1 if bad else 0
