@@ -35,13 +35,14 @@ COLUMNS = [
     "compute_s", "exposed_comm_s", "aggregate",
     # extra measurements, then bookkeeping
     "exposed_comm_median_s", "exposed_comm_ci95_lo_s", "exposed_comm_ci95_hi_s", "membw_GBps", "traffic_GBps", "comm_s", "batch", "iterations",
+    "xcore_GBps", "rank_cpus",
     "repetition_index", "label",
     "error_message",
 ]
 COUNTERS = ["algbw_GBps", "busbw_GBps", "bw_fraction", "wrong", "calls", "backward_s",
             "compute_s", "exposed_comm_s", "exposed_comm_median_s", "exposed_comm_ci95_lo_s",
             "exposed_comm_ci95_hi_s", "membw_GBps", "traffic_GBps",
-            "comm_s", "batch"]
+            "comm_s", "batch", "xcore_GBps"]
 UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
@@ -93,6 +94,10 @@ def rows_of(doc, quick=False):
             for c in COUNTERS:
                 if c in b:
                     row[c] = repr(b[c])
+            # the CPU each rank thread ran on (counters cpu_rank<r>), "0 1" for ranks 0 and 1
+            cpus = sorted((int(k[len("cpu_rank"):]), int(v)) for k, v in b.items()
+                          if k.startswith("cpu_rank") and k[len("cpu_rank"):].isdigit())
+            row["rank_cpus"] = " ".join(str(c) for _, c in cpus)
             if row["bytes"] == "" and "bytes" in b and row["aggregate"] in ("", "mean", "median"):
                 row["bytes"] = int(b["bytes"])
         yield row, ctx

@@ -79,6 +79,7 @@ assert len(rows) == n, (len(rows), n)
 ring = [r for r in rows if r["kind"] == "allreduce" and r["algorithm_mode"] == "ring"
         and r["ranks"] == "2" and r["bytes"] == "4096"]
 assert len(ring) == 1 and float(ring[0]["real_time_s"]) > 0, ring
+assert len(ring[0]["rank_cpus"].split()) == 2 and float(ring[0]["xcore_GBps"]) > 0, ring
 assert {r["kind"] for r in rows} == {"membw", "allreduce", "gradsync", "overlap"}
 assert all(r["git_commit"] for r in rows)
 print("ok: bench_to_csv.py wrote %d rows" % len(rows))
