@@ -4,7 +4,8 @@
 #   asan  build-asan/  ASan + UBSan + LeakSanitizer (GCC): the ctest suite (GoogleTest, the CLI
 #                      and CSV scripts, the fuzz corpus replay) but the tests of asan_skip_table
 #                      (each with its reason); DPB_SANITIZER=asan makes the mpirun scripts run
-#                      a covering subset of their combinations;
+#                      a covering subset of their combinations (mpi_test.sh, mpi_shard_train_test.sh)
+#                      and divergence_cli_test.sh its mpirun part only (Divergence.* has the rest);
 #                      the mpirun tests (ctest label mpi) without LeakSanitizer.
 #                      allocator_may_return_null=1: a CpuOps test allocates 2^60 bytes on
 #                      purpose and expects a clear error.
@@ -78,7 +79,7 @@ step_asan() {
   local -x GTEST_FILTER=$asan_gtest_skip
   local asan=allocator_may_return_null=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  local -x DPB_SANITIZER=asan  # tests/mpi_test.sh, mpi_shard_train_test.sh: covering subsets
+  local -x DPB_SANITIZER=asan  # mpi_test.sh, mpi_shard_train_test.sh, divergence_cli_test.sh: subsets
   ASAN_OPTIONS=$asan:detect_leaks=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 -E "$asan_skip" -LE mpi
   ASAN_OPTIONS=$asan:detect_leaks=0 \

@@ -8,6 +8,14 @@ cd "$(dirname "$0")/.."
 # process per test; DPB_GTEST_SHARDS=0 for one ctest per test (then ctest -R names single tests)
 export DPB_GTEST_SHARDS=${DPB_GTEST_SHARDS:-4}
 scripts/setup.sh
+# Python: Debian's /usr/bin/python3, which setup.sh provisions (matplotlib, SciPy, torch), ahead of
+# a shim earlier on PATH: a pyenv shim lacks those packages and costs about 1.3 s a start on a
+# loaded 2-core machine (0.13 s for /usr/bin/python3; load 7), and the test scripts start Python
+# at most of their checks.
+if [ -x /usr/bin/python3 ] && [ "$(command -v python3)" != /usr/bin/python3 ]; then
+  echo "test.sh: python3 on PATH is $(command -v python3); CI runs /usr/bin/python3"
+  export PATH="/usr/bin:$PATH"
+fi
 BUILD=${DPB_BUILD_DIR:-build}
 echo "== ctest"
 ctest --test-dir "$BUILD" --output-on-failure -j 2 --timeout 900
