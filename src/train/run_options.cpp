@@ -440,8 +440,8 @@ const std::vector<RunEnvVar>& run_env_vars() {
        "libgomp's poll before an idle math thread sleeps (default here 10000 unless "
        "OMP_WAIT_POLICY is set: src/core/cpu_info.h)", false},
       {"DPB_PIN", "0|1",
-       "rank threads bound to their own CPUs: 1 when the ranks fit them, 0 never (default: when "
-       "they fit and no other process is runnable)",
+       "rank threads bound to their own CPUs (more ranks than CPUs: in blocks): 1 always, 0 never "
+       "(default: while no other process is runnable)",
        false},
   };
   return table;
