@@ -21,6 +21,7 @@
 #include "kernels/async/async_device.h"
 #include "kernels/cpu/cpu_device.h"
 #include "src/core/check.h"
+#include "tests/links.h"
 #include "tests/rank_threads.h"
 
 namespace dpb {
@@ -248,12 +249,7 @@ TEST(Hier, RefusalsAndTables) {
 // The emulated link's inter-node spec: a transfer between nodes runs at node_gbps with
 // node_latency_us, inside a node at gbps and latency_us; a rank's slow-link override still wins.
 TEST(Hier, LinkBetweenNodes) {
-  LinkSpec l;
-  l.gbps = 8;
-  l.latency_us = 10;
-  l.nodes = 2;
-  l.node_gbps = 0.8;
-  l.node_latency_us = 100;
+  LinkSpec l = two_level_link(2, 8, 10, 0.8, 100);
   EXPECT_FALSE(l.crosses(0, 1, 4));
   EXPECT_TRUE(l.crosses(1, 2, 4));
   EXPECT_DOUBLE_EQ(l.busy_s(0, 1, 1e9, 4), 1.0);
@@ -270,12 +266,7 @@ TEST(Hier, LinkBetweenNodes) {
   bad.nodes = 0;
   EXPECT_THROW(validate_link(bad, "--link-gbps", "--link-latency-us"), Error);
   // Paced, hier stays exact; a 2 x 2 all-reduce takes at least its model's time.
-  LinkSpec paced;
-  paced.gbps = 10;
-  paced.latency_us = 50;
-  paced.node_gbps = 1;
-  paced.node_latency_us = 500;
-  paced.nodes = 2;
+  const LinkSpec paced = two_level_link(2, 10, 50, 1, 500);
   const size_t n = 65539;
   Ranks rs(4, 2, BackendKind::Cpu, paced);
   ASSERT_TRUE(rs.group->paced());

@@ -18,21 +18,15 @@
 #include "src/core/check.h"
 #include "src/model/model.h"
 #include "src/train/projection.h"
+#include "tests/cpu_ranks.h"
+#include "tests/links.h"
 #include "tests/rank_threads.h"
 
 namespace dpb {
 namespace {
 
 // 2 x 2: 1 Gb/s and 10 us inside a node, 0.1 Gb/s and 100 us between.
-LinkSpec two_by_two() {
-  LinkSpec l;
-  l.gbps = 1;
-  l.latency_us = 10;
-  l.nodes = 2;
-  l.node_gbps = 0.1;
-  l.node_latency_us = 100;
-  return l;
-}
+LinkSpec two_by_two() { return two_level_link(2, 1, 10, 0.1, 100); }
 
 double T(double bytes, double gbps, double us) { return us * 1e-6 + bytes * 8 / (gbps * 1e9); }
 
@@ -139,18 +133,6 @@ TEST(TwoLevelCost, ProjectionChargesEveryCollectiveOnBothLinks) {
   EXPECT_THROW(project(prof, cfg), Error);
 }
 
-// Four ranks as 2 x 2 emulated nodes on `link` (threads).
-struct Cluster {
-  std::vector<std::unique_ptr<Device>> devs;
-  std::unique_ptr<CommGroup> group;
-  explicit Cluster(const LinkSpec& link) {
-    std::vector<Device*> raw;
-    for (int r = 0; r < 4; ++r) devs.push_back(make_cpu_device(r, 1));
-    for (auto& d : devs) raw.push_back(d.get());
-    group = std::make_unique<CommGroup>(4, raw, link);
-  }
-};
-
 // A table for 4 CPU ranks: rhd up to 64 KiB, ring above (a test's, not the default).
 constexpr const char* kTable = R"({"format": "dpbench-allreduce-tuning/1", "tables": [
   {"backend": "cpu", "ranks": 4, "rules": [{"up_to_bytes": 65536, "algorithm": "rhd"},
@@ -158,12 +140,7 @@ constexpr const char* kTable = R"({"format": "dpbench-allreduce-tuning/1", "tabl
 
 TEST(AutoNodes, ChoosesHierWhereItsCostOnTheLinkIsLower) {
   // A fast link (so the test's runs take milliseconds) whose network is 10x slower.
-  LinkSpec l;
-  l.gbps = 100;
-  l.latency_us = 5;
-  l.nodes = 2;
-  l.node_gbps = 10;
-  l.node_latency_us = 50;
+  const LinkSpec l = two_level_link(2, 100, 5, 10, 50);
   const std::string path = testing::TempDir() + "dpb_auto_nodes_test.json";
   { std::ofstream(path) << kTable; }
   const TuneFile table = load_tune_file(path);
@@ -191,8 +168,8 @@ TEST(AutoNodes, ChoosesHierWhereItsCostOnTheLinkIsLower) {
                                                 Launcher::Threads, &why)),
             describe_rules(flat));
 
-  Cluster c(l);
-  auto ar = make_allreduce("auto", *c.group, AllReduceOptions{path});
+  CpuRanks c(4, l);  // 2 x 2 emulated nodes on l (threads)
+  auto ar = make_allreduce("auto", c.group, AllReduceOptions{path});
   EXPECT_NE(ar->describe().find("hier"), std::string::npos) << ar->describe();
   EXPECT_EQ(ar->describe().find(','), std::string::npos) << "must fit a CSV field";
   const size_t tiny = 1, large = size_t(4) << 20;  // 4 B, 16 MiB
@@ -211,11 +188,11 @@ TEST(AutoNodes, ChoosesHierWhereItsCostOnTheLinkIsLower) {
   for (size_t n : {size_t(1), size_t(65536)}) {
     std::vector<size_t> wrong(4, 0);
     std::vector<Buffer> bufs;
-    for (int r = 0; r < 4; ++r) bufs.push_back(c.group->alloc(r, n, MemCategory::Workspace, "t"));
+    for (int r = 0; r < 4; ++r) bufs.push_back(c.group.alloc(r, n, MemCategory::Workspace, "t"));
     on_ranks(4, [&](int r) {
       std::vector<float> host(n);
       for (size_t i = 0; i < n; ++i) host[i] = float((r + 1) * int(i % 7 + 1));
-      Device& d = c.group->device(r);
+      Device& d = c.group.device(r);
       d.upload(bufs[size_t(r)].get(), host.data(), n);
       ar->run(r, bufs[size_t(r)].get(), n);
       d.download(host.data(), bufs[size_t(r)].get(), n);
