@@ -28,6 +28,7 @@ import textwrap
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from suitelib import (MPI_SUFFIX, PROJECT_PREFIX, arg_value, group_runs, read_micro,  # noqa: E402
                       read_results, read_rows, steady_epoch_s, write_atomic)
+from report_main import report_main  # noqa: E402
 
 SUITE = "cluster"
 MD_NAME, CSV_NAME = "summary-cluster.md", "summary-cluster.csv"  # "summary*": not a suite CSV
@@ -273,16 +274,7 @@ def report_lines(out_dir, suite=SUITE, manifest=None, write=True):
 
 
 def main(argv):
-    if len(argv) != 2 or argv[1] in ("-h", "--help"):
-        print(__doc__)
-        return 0 if len(argv) == 2 else 2
-    lines = report_lines(argv[1])
-    if not lines:
-        print(f"cluster_report: no {SUITE} results in {argv[1]}")
-        return 1
-    print("\n".join(lines))
-    print(f"\n(written: {os.path.join(argv[1], MD_NAME)}, {os.path.join(argv[1], CSV_NAME)})")
-    return 0
+    return report_main(argv, __doc__, "cluster_report", SUITE, report_lines, (MD_NAME, CSV_NAME))
 
 
 if __name__ == "__main__":

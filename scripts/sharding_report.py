@@ -27,6 +27,7 @@ import textwrap
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import memory_report as mr  # noqa: E402
 from suitelib import FIT_PREFIX, write_atomic  # noqa: E402
+from report_main import read_manifest, report_main  # noqa: E402
 
 SUITE = "sharding"
 MODES = ("none", "optimizer", "gradients", "parameters")
@@ -254,19 +255,9 @@ def report_lines(out_dir, suite=SUITE, manifest=None, write=True):
 
 
 def main(argv):
-    if len(argv) != 2 or argv[1] in ("-h", "--help"):
-        print(__doc__)
-        return 0 if len(argv) == 2 else 2
-    import json
-    mpath = os.path.join(argv[1], "manifest.json")
-    manifest = json.load(open(mpath)) if os.path.exists(mpath) else {}
-    lines = report_lines(argv[1], SUITE, manifest)
-    if not lines:
-        print(f"sharding_report: no {SUITE} results in {argv[1]}")
-        return 1
-    print("\n".join(lines))
-    print(f"\n(written: {os.path.join(argv[1], MD_NAME)}, {os.path.join(argv[1], CSV_NAME)})")
-    return 0
+    return report_main(argv, __doc__, "sharding_report", SUITE,
+                       lambda out_dir: report_lines(out_dir, SUITE, read_manifest(out_dir)),
+                       (MD_NAME, CSV_NAME))
 
 
 if __name__ == "__main__":
