@@ -132,6 +132,13 @@ bool process_alive(pid_t pid) {
   return state != 'Z' && state != 'X';
 }
 
+std::string group_rank_words(int r, const std::vector<int>& whole, const std::string& detail) {
+  const int w = size_t(r) < whole.size() ? whole[size_t(r)] : r;
+  std::string more = detail;
+  if (w != r) more += std::string(more.empty() ? "" : ", ") + "sub-group rank " + std::to_string(r);
+  return "rank " + std::to_string(w) + (more.empty() ? "" : " (" + more + ")");
+}
+
 // ---------------------------------------------------------------- ShmBarrier
 
 namespace {
@@ -148,8 +155,13 @@ void futex_wake_all(std::atomic<uint32_t>* w) {
 }  // namespace
 
 void ShmBarrier::arrive_and_wait(int k, long spin_ns, const std::vector<pid_t>& pids, int me,
-                                 WatchSlot* slot) {
-  if (aborted()) throw Error("rank " + std::to_string(me) + ": process barrier aborted");
+                                 WatchSlot* slot, const std::vector<int>& whole) {
+  // "rank W: ", this rank by its number in the whole group: the prefix rank_error_message
+  // (src/core/launcher.h) takes for the rank's own. Made only on a failure (a hot path).
+  const auto prefix = [&] {
+    return "rank " + std::to_string(size_t(me) < whole.size() ? whole[size_t(me)] : me) + ": ";
+  };
+  if (aborted()) throw Error(prefix() + "process barrier aborted");
   const uint32_t g = gen_.load();
   if (count_.fetch_add(1) == uint32_t(k - 1)) {
     count_.store(0);  // before the release: a waiter may re-enter at once
@@ -174,12 +186,12 @@ void ShmBarrier::arrive_and_wait(int k, long spin_ns, const std::vector<pid_t>& 
     for (size_t r = 0; r < pids.size(); ++r)
       if (int(r) != me && !process_alive(pids[r])) {
         abort();
-        throw Error("rank " + std::to_string(me) + ": rank " + std::to_string(r) + " (pid " +
-                    std::to_string(pids[r]) + ") is gone: its process ended while the others "
-                    "waited for it in a barrier");
+        throw Error(prefix() +
+                    group_rank_words(int(r), whole, "pid " + std::to_string(pids[r])) +
+                    " is gone: its process ended while the others waited for it in a barrier");
       }
   }
-  if (aborted()) throw Error("rank " + std::to_string(me) + ": process barrier aborted");
+  if (aborted()) throw Error(prefix() + "process barrier aborted");
 }
 
 void ShmBarrier::abort() {

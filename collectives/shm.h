@@ -7,7 +7,7 @@
 //   float* g = arena.alloc(n, "gradients");      // collective buffers come from it
 //   ShmMapping peer(pid, fd, bytes);             // a peer's arena, through /proc/<pid>/fd/<fd>
 //   ShmBarrier* b = new (place) ShmBarrier;      // in memory every process maps
-//   b->arrive_and_wait(k, spin_ns, pids);        // a process barrier that sees dead peers
+//   b->arrive_and_wait(k, spin_ns, pids, me);    // a process barrier that sees dead peers
 //
 // Linux only (memfd_create, futex). Tested by tests/test_shm.cpp (fork()ed processes).
 #pragma once
@@ -74,6 +74,12 @@ class ShmMapping {
 // true while process pid exists and is not a zombie.
 bool process_alive(pid_t pid);
 
+// Rank r of a group as messages name it: "rank W", W its number in the whole group (whole[r];
+// whole empty: r), which is the number the user launched it as; a sub-group's rank (a split of
+// the MPI transport, MPI_Comm_split) whose own number r differs adds "(sub-group rank r)".
+// detail, when given, goes first in the parentheses: "rank 3 (pid 42, sub-group rank 1)".
+std::string group_rank_words(int r, const std::vector<int>& whole, const std::string& detail = "");
+
 // A barrier of k processes in shared memory (placement-new it into memory all of them map; all
 // zero bytes is its initial state). A waiter polls for spin_ns, then sleeps on a futex, waking
 // every 100 ms to look for dead peers: arrive_and_wait throws dpb::Error naming the first rank in
@@ -81,8 +87,10 @@ bool process_alive(pid_t pid);
 class ShmBarrier {
  public:
   // slot: the waiting rank's (src/core/watchdog.h), marked while it sleeps (not while it polls).
+  // whole: the ranks' numbers in the whole group (a sub-group's barrier), as its messages name
+  // them (group_rank_words); empty: pids' indices are those numbers.
   void arrive_and_wait(int k, long spin_ns, const std::vector<pid_t>& pids, int me,
-                       WatchSlot* slot = nullptr);
+                       WatchSlot* slot = nullptr, const std::vector<int>& whole = {});
   void abort();
   bool aborted() const { return aborted_.load() != 0; }
 

@@ -150,6 +150,37 @@ TEST(ShmBarrier, DeadPeerIsNamedWithinASecond) {
   wait_exit(child);
 }
 
+// A sub-group's barrier (an MPI sub-transport's, made by Transport::split) names its ranks by
+// their numbers in the whole group, the ranks the user launched: here world ranks 2 and 3 as
+// sub-group ranks 0 and 1, and world rank 3's process is the one that is gone.
+TEST(ShmBarrier, SubGroupDeadPeerIsNamedByItsWholeGroupRank) {
+  EXPECT_EQ(group_rank_words(1, {}), "rank 1");
+  EXPECT_EQ(group_rank_words(1, {0, 1, 2}), "rank 1");  // the whole group: no sub-group number
+  EXPECT_EQ(group_rank_words(1, {2, 3}), "rank 3 (sub-group rank 1)");
+  EXPECT_EQ(group_rank_words(0, {2, 3}, "pid 42"), "rank 2 (pid 42, sub-group rank 0)");
+  EXPECT_EQ(group_rank_words(1, {0, 1}, "pid 42"), "rank 1 (pid 42)");
+  ShmArena a(1 << 20);
+  auto* bar = new (a.header()) ShmBarrier();
+  const pid_t child = fork_child([] { return true; });  // ends without arriving
+  const std::vector<pid_t> pids{getpid(), child};
+  try {
+    bar->arrive_and_wait(2, 0, pids, 0, nullptr, {2, 3});
+    FAIL() << "the barrier passed without world rank 3";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    const std::string want = "rank 2: rank 3 (pid " + std::to_string(child) +
+                             ", sub-group rank 1) is gone";
+    EXPECT_EQ(msg.rfind(want, 0), 0u) << msg;
+  }
+  try {
+    bar->arrive_and_wait(2, 0, pids, 0, nullptr, {2, 3});
+    FAIL() << "an aborted barrier passed";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "rank 2: process barrier aborted");
+  }
+  wait_exit(child);
+}
+
 TEST(ShmBarrier, AbortWakesAWaiter) {
   ShmArena a(1 << 20);
   auto* bar = new (a.header()) ShmBarrier();

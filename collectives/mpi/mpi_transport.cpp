@@ -160,7 +160,7 @@ class MpiTransport final : public Transport {
       WatchLabel label(setup_board.local_slot(whole_rank), "the MPI sub-group's set-up");
       WaitScope watched(setup_board.local_slot(whole_rank), WaitKind::Library);
       MPI_CHECK(MPI_Comm_split(parent.comm_, color, key, &comm_),
-                "rank " << parent.rank_ << ", sub-group " << color);
+                parent.who() << ", sub-group " << color);
       MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
       int me = -1, n = 0;
       MPI_CHECK(MPI_Comm_rank(comm_, &me), "sub-group");
@@ -184,15 +184,14 @@ class MpiTransport final : public Transport {
       total += int(parts[i].size());
       for (size_t m = 0; m < parts[i].size(); ++m)
         if (parts[i][m] == rank_) {
-          DPB_CHECK(color < 0, "sub-groups: rank " << rank_ << " is in two parts");
+          DPB_CHECK(color < 0, "sub-groups: " << who() << " is in two parts");
           color = int(i);
           key = int(m);
         }
     }
     DPB_CHECK(color >= 0 && total == size_, "sub-groups: the parts hold " << total << " of "
                                                 << size_ << " ranks"
-                                                << (color < 0 ? ", not rank " : "")
-                                                << (color < 0 ? std::to_string(rank_) : ""));
+                                                << (color < 0 ? ", not " + who() : ""));
     std::vector<int> whole;
     for (int m : parts[size_t(color)]) whole.push_back(whole_[size_t(m)]);
     std::vector<std::unique_ptr<Transport>> out(parts.size());
@@ -208,8 +207,8 @@ class MpiTransport final : public Transport {
   int processes() const override { return size_; }
   bool is_local(int rank) const override { return rank == rank_; }
   Device& device(int rank) const override {
-    DPB_CHECK(rank == rank_, "rank " << rank << " lives in another process (this one is rank "
-                                     << rank_ << ")");
+    DPB_CHECK(rank == rank_, words(rank) << " lives in another process (this one is " << who()
+                                         << ")");
     return dev_;
   }
   BackendKind kind() const override { return dev_.kind(); }
@@ -254,7 +253,7 @@ class MpiTransport final : public Transport {
     shm_barrier();
     for (int p = 0; p < size_; ++p) {
       const int64_t off = header(p)->published[slot].load();
-      DPB_CHECK(off >= 0 || !sh_->required, "DPB_SHM=1 but rank " << p << "'s buffer of this "
+      DPB_CHECK(off >= 0 || !sh_->required, "DPB_SHM=1 but " << words(p) << "'s buffer of this "
                                         "collective is not from CommGroup::alloc (shared memory)");
       if (off < 0) return;
       ptrs_[p] = reinterpret_cast<float*>(base(p) + off);
@@ -297,15 +296,15 @@ class MpiTransport final : public Transport {
       const float* src = host_ ? buf_ + s.off : sstage_.get() + (s.off - lo);
       sreqs_.emplace_back();
       MPI_CHECK(MPI_Isend(src, count(s.len), MPI_FLOAT, s.to, kTag, comm_, &sreqs_.back()),
-                "rank " << rank_ << " sending " << s.len << " floats to rank " << s.to);
+                who() << " sending " << s.len << " floats to " << words(s.to));
     }
     // Receives in batches that fit rstage_ (one batch unless a step receives more than the
     // largest buffer, e.g. naive's rank 0 from every peer); every send is posted already.
     for (;;) {
       WaitScope watched(slot(), WaitKind::Receive, next > first ? name(recvs[first].from) : -1);
       MPI_CHECK(MPI_Waitall(int(rreqs_.size()), rreqs_.data(), MPI_STATUSES_IGNORE),
-                "rank " << rank_ << ", receives " << first << ".." << next << " of a step of "
-                        << sends.size() << " sends and " << recvs.size() << " receives");
+                who() << ", receives " << first << ".." << next << " of a step of "
+                      << sends.size() << " sends and " << recvs.size() << " receives");
       apply(recvs.subspan(first, next - first), staged_n);
       if (next >= recvs.size()) break;
       if (upload_pending_) {  // rstage_ is read by the uploads just queued
@@ -317,8 +316,8 @@ class MpiTransport final : public Transport {
     }
     WaitScope watched(slot(), WaitKind::Send, sends.empty() ? -1 : name(sends[0].to));
     MPI_CHECK(MPI_Waitall(int(sreqs_.size()), sreqs_.data(), MPI_STATUSES_IGNORE),
-              "rank " << rank_ << ", sends of a step of " << sends.size() << " sends and "
-                      << recvs.size() << " receives");
+              who() << ", sends of a step of " << sends.size() << " sends and "
+                    << recvs.size() << " receives");
   }
   void fence(int rank) override {
     check(rank);
@@ -333,21 +332,21 @@ class MpiTransport final : public Transport {
       upload_pending_ = false;
     }
     WaitScope watched(slot(), WaitKind::Library);
-    MPI_CHECK(MPI_Barrier(comm_), "rank " << rank_ << ", barrier");
+    MPI_CHECK(MPI_Barrier(comm_), who() << ", barrier");
   }
 
   void broadcast_host(int rank, void* data, size_t bytes, int root) override {
     check(rank);
     WaitScope watched(slot(), WaitKind::Library);
     MPI_CHECK(MPI_Bcast(data, count(bytes), MPI_BYTE, root, comm_),
-              "rank " << rank_ << ", broadcast of " << bytes << " bytes from rank " << root);
+              who() << ", broadcast of " << bytes << " bytes from " << words(root));
   }
 
   void allgather_host(int rank, const void* mine, void* all, size_t bytes) override {
     check(rank);
     WaitScope watched(slot(), WaitKind::Library);
     MPI_CHECK(MPI_Allgather(mine, count(bytes), MPI_BYTE, all, count(bytes), MPI_BYTE, comm_),
-              "rank " << rank_ << ", all-gather of " << bytes << " bytes");
+              who() << ", all-gather of " << bytes << " bytes");
   }
 
   void allreduce_sum(int rank, float* buf, size_t n) {
@@ -355,7 +354,7 @@ class MpiTransport final : public Transport {
     WaitScope watched(slot(), WaitKind::Library);
     if (host_) {
       MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count(n), MPI_FLOAT, MPI_SUM, comm_),
-                "rank " << rank_ << ", " << n << " floats");
+                who() << ", " << n << " floats");
       return;
     }
     // On the comm stream, as step(): the host waits for the download only; the upload of the
@@ -365,7 +364,7 @@ class MpiTransport final : public Transport {
     dev_.comm_synchronize();
     upload_pending_ = false;
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sstage_.get(), count(n), MPI_FLOAT, MPI_SUM, comm_),
-              "rank " << rank_ << ", " << n << " floats");
+              who() << ", " << n << " floats");
     dev_.comm_upload(buf, sstage_.get(), n);
   }
 
@@ -397,10 +396,10 @@ class MpiTransport final : public Transport {
     if (reduce) {
       if (even)
         MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, host, counts[0], MPI_FLOAT, MPI_SUM, comm_),
-                  "rank " << rank_ << ", " << what);
+                  who() << ", " << what);
       else
         MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, host, counts.data(), MPI_FLOAT, MPI_SUM, comm_),
-                  "rank " << rank_ << ", " << what);
+                  who() << ", " << what);
       // In place, MPI leaves this rank's block at the start of the buffer: move it to the shard.
       if (host_) {
         if (off > 0 && len > 0) std::memmove(buf + off, buf, len * sizeof(float));
@@ -411,11 +410,11 @@ class MpiTransport final : public Transport {
       if (even)
         MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host, counts[0], MPI_FLOAT,
                                 comm_),
-                  "rank " << rank_ << ", " << what);
+                  who() << ", " << what);
       else
         MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host, counts.data(),
                                  displs.data(), MPI_FLOAT, comm_),
-                  "rank " << rank_ << ", " << what);
+                  who() << ", " << what);
       if (!host_) dev_.comm_upload(buf, host, n);
     }
   }
@@ -477,6 +476,10 @@ class MpiTransport final : public Transport {
   }
   // A rank of this group as the watchdog's messages name it: its number in the whole group.
   int name(int rank) const { return board_ ? board_->name(rank) : whole_[size_t(rank)]; }
+  // Rank r of this group, and this rank, as error messages name them: by the number in the whole
+  // group (the one the user launched), a sub-group's own number in parentheses where it differs.
+  std::string words(int r) const { return group_rank_words(r, whole_); }
+  std::string who() const { return words(rank_); }
   // A sub-group's control block: in this process's arena, its offset told to every member.
   void setup_sub_shm() {
     ctl_off_.assign(size_t(size_), 0);
@@ -486,11 +489,13 @@ class MpiTransport final : public Transport {
     new (c) Header();
     const int64_t off = arena()->offset_of(c);
     MPI_CHECK(MPI_Allgather(&off, 1, MPI_INT64_T, ctl_off_.data(), 1, MPI_INT64_T, comm_),
-              "rank " << rank_ << ", exchanging the sub-group's control blocks");
+              who() << ", exchanging the sub-group's control blocks");
     direct_ok_ = members_direct();
   }
 
-  void shm_barrier() { header(0)->barrier.arrive_and_wait(size_, spin_ns_, pids_, rank_, slot()); }
+  void shm_barrier() {
+    header(0)->barrier.arrive_and_wait(size_, spin_ns_, pids_, rank_, slot(), whole_);
+  }
   WatchSlot* slot() const { return board_ ? board_->local_slot(rank_) : nullptr; }
 
   // Collective, the whole group's set-up. Nodes: each rank's real node (MPI_Comm_split_type),
@@ -520,7 +525,7 @@ class MpiTransport final : public Transport {
     int want = !(off || !host_ || size_ < 2), all_want = want;
     if (size_ >= 2)
       MPI_CHECK(MPI_Allreduce(&want, &all_want, 1, MPI_INT, MPI_MIN, comm_),
-                "rank " << rank_ << ", agreeing on the direct path");
+                who() << ", agreeing on the direct path");
     size_t mb = 65536;  // virtual: pages cost memory once written
     if (const char* e = std::getenv("DPB_SHM_ARENA_MB")) {
       char* end = nullptr;
@@ -547,7 +552,7 @@ class MpiTransport final : public Transport {
     std::vector<Info> all(static_cast<size_t>(size_));
     MPI_CHECK(MPI_Allgather(&mine, sizeof(Info), MPI_BYTE, all.data(), sizeof(Info), MPI_BYTE,
                             comm_),
-              "rank " << rank_ << ", exchanging nodes and shared-memory handles");
+              who() << ", exchanging nodes and shared-memory handles");
     // The nodes: emulated, or the real ones when they hold equal ranks numbered node by node.
     std::vector<int> real(static_cast<size_t>(size_));
     for (int p = 0; p < size_; ++p) {
@@ -586,7 +591,7 @@ class MpiTransport final : public Transport {
     }
     int ok = why.empty(), all_ok = 0;
     MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm_),
-              "rank " << rank_ << ", agreeing on shared memory");
+              who() << ", agreeing on shared memory");
     if (all_ok) {
       direct_ok_ = members_direct();
       return;
@@ -604,7 +609,7 @@ class MpiTransport final : public Transport {
   bool staged(const RecvOp& r) const { return !host_ || r.op == RecvOp::Reduce; }
 
   void check(int rank) const {
-    DPB_CHECK(rank == rank_, "MPI transport of rank " << rank_ << " called as rank " << rank);
+    DPB_CHECK(rank == rank_, "MPI transport of " << who() << " called as " << words(rank));
   }
   static int count(size_t n) {
     DPB_CHECK(n <= size_t(INT_MAX), "MPI transport: a message of " << n << " elements exceeds "
@@ -644,7 +649,7 @@ class MpiTransport final : public Transport {
       if (staged(r)) o += r.len;
       rreqs_.emplace_back();
       MPI_CHECK(MPI_Irecv(into, count(r.len), MPI_FLOAT, r.from, kTag, comm_, &rreqs_.back()),
-                "rank " << rank_ << " receiving " << r.len << " floats from rank " << r.from);
+                who() << " receiving " << r.len << " floats from " << words(r.from));
     }
     return o;
   }
