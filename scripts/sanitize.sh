@@ -30,13 +30,17 @@ if command -v ccache >/dev/null; then  # paths relative to the clone: fresh clon
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 
+# -O1 (the sanitizers' own advice): half the compile time of RelWithDebInfo's -O2 (a test file
+# under ASan: 14 s against 34 s on the 2-core EPYC), and the build is most of the ASan stage.
+san_opt=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG")
+
 configure() {  # configure DIR SANITIZERS [-DOPTION=VALUE...]: the options also on an existing DIR
   local dir=$1 san=$2; shift 2
   if [ -f "$dir/build.ninja" ]; then
-    (($#)) && cmake -S . -B "$dir" "$@" >/dev/null
+    cmake -S . -B "$dir" "${san_opt[@]}" "$@" >/dev/null
     return 0
   fi
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDPB_CUDA=OFF -DDPB_BENCH=OFF \
+  cmake -S . -B "$dir" -G Ninja "${san_opt[@]}" -DDPB_CUDA=OFF -DDPB_BENCH=OFF \
         -DDPB_SANITIZE="$san" "${launcher[@]}" "$@" >/dev/null
 }
 

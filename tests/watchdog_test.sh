@@ -131,7 +131,9 @@ echo "ok: mpirun -np 3 (MPI messages), rank 1 stopped: exit 5 ${dt}s later: $(gr
 
 stop_rank1 2 3 "one rank each" "$MICRO" --dpb_timeout=3 --benchmark_min_time=30 \
     --benchmark_filter='allreduce/cpu/ring/procs:2/bytes:4096/' --benchmark_out="$tmp/micro.json"
-grep -q "watchdog: rank 1 never arrived" "$tmp/out.txt" || fail "micro np 2: message"
+# Stopped before it reached the group's set-up (a loaded machine), rank 1 is not yet visible
+# from rank 0, which then says "a rank never arrived" in the set-up: both are the verdict.
+grep -Eq "watchdog: (rank 1|a rank) never arrived" "$tmp/out.txt" || fail "micro np 2: message"
 ls "$tmp"/micro.json* >/dev/null 2>&1 && fail "micro np 2: $(ls "$tmp"/micro.json*) left"
 echo "ok: dpbench-micro under mpirun -np 2, rank 1 stopped: exit 5 ${dt}s later, no output file left"
 
