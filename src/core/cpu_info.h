@@ -66,7 +66,7 @@ std::vector<int> allowed_cpus();
 // and their timings spread 1.4-1.9x; issue 25 item 6). Empty (do not pin) when k is 1, no CPU
 // is known, or DPB_PIN=0.
 std::vector<int> rank_cpu_slice(const std::vector<int>& allowed, int k, int r, bool pin = true);
-// DPB_PIN: unset = auto (bind only while no other process has a runnable task: on a busy
+// DPB_PIN: unset = auto (bind unless another process has a runnable task in 3 looks: on a busy
 // machine a bound rank waits for its one core's time slice at every hand-off, 40-60 ms for a
 // 2-rank 4 MiB ring on the loaded 2-core EPYC against 3 ms unbound), "1" always, "0" never;
 // anything else is an error.
