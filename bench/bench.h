@@ -155,7 +155,7 @@ constexpr size_t kCrossProbeBytes = size_t(2) << 20;  // a 2-rank 4 MiB ring's c
 // then adds its right neighbour's (just written on the neighbour's core) into its destination
 // (Device::comm_reduce: what a ring's reduce step does). Its rate is the host's price of moving
 // freshly written lines between the ranks' cores, which on a VM changes from one moment to the
-// next (the 2-core EPYC: 2 MB read at 7-11 GB/s; issue 25 item 6).
+// next (the 2-core EPYC: 17-40 GB/s over one evening's invocations; issue 25 item 6).
 class CopyRig {
  public:
   CopyRig(const BackendEntry& b, int k, size_t bytes, bool cross = false);

@@ -125,7 +125,8 @@ void CpuDevice::load_labels(float* dst, const uint8_t* host, size_t n) {
 void CpuDevice::comm_copy(float* dst, const float* src, size_t n) {
   if (n == 0 || dst == src) return;
   constexpr size_t kBlock = (size_t(256) << 10) / sizeof(float);
-  for (size_t i = 0; i < n; i += kBlock) std::memcpy(dst + i, src + i, std::min(kBlock, n - i) * sizeof(float));
+  for (size_t i = 0; i < n; i += kBlock)
+    std::memcpy(dst + i, src + i, std::min(kBlock, n - i) * sizeof(float));
 }
 
 void CpuDevice::comm_reduce(float* dst, const float* src, size_t n) {
