@@ -21,6 +21,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import os
 import sys
 
@@ -94,10 +95,13 @@ def rows_of(doc, quick=False):
             for c in COUNTERS:
                 if c in b:
                     row[c] = repr(b[c])
-            # the CPU each rank thread ran on (counters cpu_rank<r>), "0 1" for ranks 0 and 1
-            cpus = sorted((int(k[len("cpu_rank"):]), int(v)) for k, v in b.items()
-                          if k.startswith("cpu_rank") and k[len("cpu_rank"):].isdigit())
-            row["rank_cpus"] = " ".join(str(c) for _, c in cpus)
+            # the CPU each rank thread ran on (counters cpu_rank<r>), "0 1" for ranks 0 and 1; a
+            # CPU number has no stddev or cv (Google Benchmark writes them, NaN for the cv)
+            if row["aggregate"] in ("", "mean", "median"):
+                cpus = sorted((int(k[len("cpu_rank"):]), int(v)) for k, v in b.items()
+                              if k.startswith("cpu_rank") and k[len("cpu_rank"):].isdigit()
+                              and math.isfinite(v))
+                row["rank_cpus"] = " ".join(str(c) for _, c in cpus)
             if row["bytes"] == "" and "bytes" in b and row["aggregate"] in ("", "mean", "median"):
                 row["bytes"] = int(b["bytes"])
         yield row, ctx

@@ -208,9 +208,10 @@ class Runner(SuiteState):
                 res = subprocess.run(ccmd, capture_output=True, text=True)
                 if res.returncode == 0 and os.path.exists(csv_path):
                     entry["csv"] = os.path.basename(csv_path)
-                else:
-                    print(f"      bench_to_csv.py failed (rc {res.returncode}): "
-                          f"{res.stderr.strip()[:300]}", flush=True)
+                else:  # the JSON is kept; the suite fails, naming the conversion
+                    why = (res.stderr.strip().splitlines() or [f"rc {res.returncode}"])[-1]
+                    print(f"      bench_to_csv.py failed (rc {res.returncode}): {why}", flush=True)
+                    self.failures.append(f"{suite.name}/micro: bench_to_csv.py {final}: {why}")
                 entry["convert_cmd"] = ccmd
         else:
             self.failures.append(f"{suite.name}/micro (rc {rc}, see {log})")

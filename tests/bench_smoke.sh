@@ -85,6 +85,22 @@ assert all(r["git_commit"] for r in rows)
 print("ok: bench_to_csv.py wrote %d rows" % len(rows))
 EOF
 
+# Repetitions add aggregate rows (mean, median, stddev, cv; the cv of a CPU number is NaN): the
+# CSV keeps rank_cpus on the runs, the mean and the median only.
+"$BIN" --benchmark_filter='^allreduce/cpu/ring/ranks:2/bytes:4096/' --benchmark_repetitions=2 \
+  --benchmark_min_time=0.01 --benchmark_out="$tmp/rep.json" --benchmark_out_format=json >/dev/null
+/usr/bin/python3 "$SRC/scripts/bench_to_csv.py" "$tmp/rep.json" -o "$tmp/rep.csv" >/dev/null \
+  || { echo "FAIL: bench_to_csv.py on repetitions"; exit 1; }
+/usr/bin/python3 - "$tmp/rep.csv" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+cpus = {r["aggregate"]: r["rank_cpus"] for r in rows}
+assert set(cpus) == {"", "mean", "median", "stddev", "cv"}, cpus
+assert all(len(cpus[a].split()) == 2 for a in ("", "mean", "median")), cpus
+assert cpus["stddev"] == cpus["cv"] == "", cpus
+print("ok: bench_to_csv.py on %d rows with repetitions" % len(rows))
+EOF
+
 /usr/bin/python3 "$SRC/scripts/overlap_report.py" --reference fused-after "$tmp/a.json" \
   >"$tmp/overlap.txt" 2>&1 || { echo "FAIL: overlap_report.py"; cat "$tmp/overlap.txt"; exit 1; }
 grep -q "per-param-overlap" "$tmp/overlap.txt" && grep -q "p=" "$tmp/overlap.txt" \
