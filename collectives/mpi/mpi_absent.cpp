@@ -1,5 +1,5 @@
 // mpi_absent.cpp: mpi_transport.h's functions in a build without MPI (CMake found none): CMake
-// builds it instead of mpi_transport.cpp, and each says so.
+// builds it instead of mpi_transport.cpp and mpi_messages.cpp, and each says so.
 #include <cstdio>
 #include <cstdlib>
 

@@ -5,7 +5,7 @@
 //     peer's published buffer directly (Device::comm_copy / comm_reduce on the peer pointer), a
 //     put is written by the sender into the receiver's published buffer, and a step ends with
 //     the device-ordered barrier (unless it is unfenced).
-//   mpi (mpi_transport.cpp): one rank per process. Between processes of one node whose buffers
+//   mpi (collectives/mpi): one rank per process. Between processes of one node whose buffers
 //     come from alloc(), the threads transport's moves on memory every process maps (shm.h);
 //     otherwise MPI_Irecv into staging buffers and MPI_Isend, MPI_Waitall, then the receives are
 //     applied with the device's comm_copy / comm_reduce (so the CUDA backend's host staging hooks
