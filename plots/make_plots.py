@@ -43,7 +43,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "scripts"))
-import suitelib as rs  # noqa: E402  (suite files, CSV and benchmark readers, summary rows)
+import suite_results as rr  # noqa: E402  (CSV and benchmark readers, summary rows)
+import suitelib as rs  # noqa: E402  (suite files)
 from peerlib import FAMILY  # noqa: E402
 import peer_plots  # noqa: E402  (plots/: the peers figure)
 import launcher_plot  # noqa: E402  (plots/: threads vs processes)
@@ -131,11 +132,11 @@ class Plotter:
         # dpbench's and the peers' rows; planning runs (--backend meta: memory only, no math, no
         # accuracy) are the memory figures' (memory_plots.py), not these
         self.all_results = {s: [r for r in rows if r.get("backend") != "meta"]
-                            for s, rows in rs.read_results(out_dir).items()}
+                            for s, rows in rr.read_results(out_dir).items()}
         self.results = {s: [r for r in rows if r["impl"] == "dpbench"]
                         for s, rows in self.all_results.items()}
         self.results = {s: rows for s, rows in self.results.items() if rows}
-        self.all_summary = [r for r in rs.summarize(out_dir, family=lambda i: FAMILY.get(i, i))
+        self.all_summary = [r for r in rr.summarize(out_dir, family=lambda i: FAMILY.get(i, i))
                             if r["backend"] != "meta"] if self.all_results else []
         self.summary = [r for r in self.all_summary if r["impl"] == "dpbench"]
         self.made, self.skipped = [], []
@@ -232,7 +233,7 @@ class Plotter:
     def breakdown(self, suite, rows):
         """Stacked horizontal bars: compute, data, exposed comm per speed-relevant configuration
         (runs that differ only in lr or warmup are one bar, their median)."""
-        runs = rs.group_runs(rows)
+        runs = rr.group_runs(rows)
         groups = {}
         for eps in runs.values():
             e0 = eps[0]
@@ -269,7 +270,7 @@ class Plotter:
         for ax, m in zip(axes[0], models):
             keys = sorted((k for k in groups if k[0] == m), key=lambda k: (k[1], k[2], k[3:]))
             for y, key in enumerate(keys):
-                vals = {p: statistics.median(rs.steady_epoch_s(eps, p) for eps in groups[key])
+                vals = {p: statistics.median(rr.steady_epoch_s(eps, p) for eps in groups[key])
                         for p, _, _ in parts + (("comm_s", "", ""),)}
                 shared = any(eps[0]["shared_gpu"] for eps in groups[key])
                 left = 0.0
@@ -299,7 +300,7 @@ class Plotter:
 
     def accuracy(self, suite, rows):
         """Test accuracy per epoch; a peer's repeat of a run in the run's colour, dotted."""
-        runs = rs.group_runs(rows)
+        runs = rr.group_runs(rows)
         models = sorted({eps[0]["model"] for eps in runs.values()})
         fig, axes = plt.subplots(1, len(models), figsize=(5.6 * len(models), 4.4), squeeze=False)
         for ax, m in zip(axes[0], models):
@@ -316,7 +317,7 @@ class Plotter:
                         (" (shared GPU)" if shared else "") +
                         (" (OUT OF SYNC)" if any(e["replicas_in_sync"] not in (1, None)
                                                  for e in eps) else "") +
-                        (" (diverged)" if rs.diverged_epoch(eps) else ""))
+                        (" (diverged)" if rr.diverged_epoch(eps) else ""))
             acc_ylim(ax)
             ax.set_xlabel("epoch")
             ax.set_ylabel("test accuracy (fraction)")
@@ -404,7 +405,7 @@ class Plotter:
         pts = []
         for f in files:
             try:
-                bench, _ = rs.read_micro(f)
+                bench, _ = rr.read_micro(f)
             except ValueError as e:
                 self.skipped.append(f"micro data {os.path.basename(f)}: unreadable ({e})")
                 continue
@@ -471,7 +472,7 @@ class Plotter:
                 suite = rs.load_suite(s)
             except SystemExit:
                 continue
-            runs = rs.group_runs(self.all_results[s])  # with the peers
+            runs = rr.group_runs(self.all_results[s])  # with the peers
             for m in sorted({eps[0]["model"] for eps in runs.values()}):
                 items = [(k, eps) for k, eps in runs.items() if eps[0]["model"] == m]
                 target = suite.target(m, bool(items[0][1][0]["quick"]))
@@ -493,14 +494,14 @@ class Plotter:
                     t += e["epoch_s"]
                     xs.append(t)
                 shared = any(e["shared_gpu"] for e in eps)
-                tta = rs.time_to_acc(eps, target)
+                tta = rr.time_to_acc(eps, target)
                 ax.plot(xs, [e["test_acc"] for e in eps], ms=3,
                         marker="o" if key[2] == "dpbench" else "s",
                         color=cmap(names.index(key[1]) % cmap.N),
                         ls=":" if key[2] != "dpbench" else "--" if shared else "-",
                         label=f"{peer_label(short(key[1], m), key[2])}: " +
                         (f"{tta:.3g} s" if tta is not None else
-                         "diverged" if rs.diverged_epoch(eps) else "not reached"))
+                         "diverged" if rr.diverged_epoch(eps) else "not reached"))
             ax.axhline(target, color="black", lw=0.8, ls=":")
             ax.text(0.01, target, f"target {target:.2f}", va="bottom", fontsize=7,
                     transform=ax.get_yaxis_transform())

@@ -27,7 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchnames  # noqa: E402  (the one parser of benchmark names)
-from suitelib import write_atomic  # noqa: E402  (PATH.tmp<pid>, renamed; run_suite cleans stale ones)
+from suite_results import write_atomic  # noqa: E402  (PATH.tmp<pid>, renamed; run_suite cleans stale ones)
 
 COLUMNS = [
     "name", "backend", "kind", "algorithm_mode", "model", "ranks", "devices", "bytes", "shared_gpu",

@@ -13,7 +13,7 @@ import csv
 import os
 import textwrap
 
-import suitelib
+import suite_results
 
 FOLDER = "breakdown"  # DIR/breakdown/<suite>/<scenario>.steps.csv (sync.ini's --steps-csv)
 STEPS_SUFFIX = ".steps.csv"
@@ -65,7 +65,7 @@ def rank_means(path):
 
 def straggler_words(row):
     """dpbench's straggler verdict from an epoch row's straggler_* columns ('' without them)."""
-    rank = row.get("straggler_rank")  # a number where suitelib reads the column as one
+    rank = row.get("straggler_rank")  # a number where suite_results reads the column as one
     if rank is None or str(rank).strip() == "":
         return ""
     rank = int(float(rank))
@@ -86,7 +86,7 @@ def traced_runs(out_dir):
     for suite, scenario, path in steps_files(out_dir):
         if suite not in rows_of:
             csv_path = os.path.join(out_dir, f"{suite}.csv")
-            rows_of[suite] = suitelib.read_rows(csv_path) if os.path.exists(csv_path) else []
+            rows_of[suite] = suite_results.read_rows(csv_path) if os.path.exists(csv_path) else []
         epochs = [r for r in rows_of[suite] if r["scenario"] == scenario and
                   r.get("impl", "dpbench") == "dpbench"]
         last = max(epochs, key=lambda r: r.get("epoch") or 0) if epochs else {}

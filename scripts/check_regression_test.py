@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CHECK = os.path.join(HERE, "check_regression")
 sys.path.insert(0, HERE)
-import suitelib as rs  # noqa: E402  (is_suite_csv)
+import suite_results as rr  # noqa: E402  (is_suite_csv)
 failures = []
 
 
@@ -42,7 +42,7 @@ def check(name, run_dir, base, want_rc, want_text=()):
 
 def suite_csvs(d):
     return sorted(f for f in glob.glob(os.path.join(d, "*.csv"))
-                  if not os.path.basename(f).startswith("summary") and rs.is_suite_csv(f))
+                  if not os.path.basename(f).startswith("summary") and rr.is_suite_csv(f))
 
 
 def edit_rows(d, fn):

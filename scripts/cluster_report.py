@@ -26,8 +26,9 @@ import sys
 import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suitelib import (MPI_SUFFIX, PROJECT_PREFIX, arg_value, group_runs, read_micro,  # noqa: E402
-                      read_results, read_rows, steady_epoch_s, write_atomic)
+from suite_results import (group_runs, read_micro, read_results, read_rows,  # noqa: E402
+                           steady_epoch_s, write_atomic)
+from suitelib import MPI_SUFFIX, PROJECT_PREFIX, arg_value  # noqa: E402
 from report_main import report_main  # noqa: E402
 
 SUITE = "cluster"

@@ -23,8 +23,8 @@ import sys
 import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suitelib import (FIT_PREFIX, arg_value, group_runs, read_results,  # noqa: E402
-                      steady_epoch_s)
+from suite_results import group_runs, read_results, steady_epoch_s  # noqa: E402
+from suitelib import FIT_PREFIX, arg_value  # noqa: E402
 
 SUITE = "memory"
 # dpbench's memory categories in the CSV's order (src/core/memory.h; peak_mem_<name>_bytes)

@@ -326,7 +326,7 @@ def _done(csv_path, scenario, impl, read_rows):
 
 def run_train_peer(runner, pr, n, total):
     """Runs one training peer for a dpbench run and adds its rows to the suite CSV."""
-    from suitelib import read_rows
+    from suite_results import read_rows
     a = runner.a
     suite_csv = os.path.join(runner.out, f"{pr.suite}.csv")
     tag = f"[{n}/{total} {runner.elapsed()}] {pr.suite}/{pr.name} peer {pr.peer.impl}"
@@ -340,7 +340,7 @@ def run_train_peer(runner, pr, n, total):
     with open(log) as f:
         rows = epoch_rows(pr, a.backend, f)
     if rows:
-        from suitelib import append_rows
+        from suite_results import append_rows
         append_rows(suite_csv, rows, fallback_columns())
     entry = {"suite": pr.suite, "scenario": pr.name, "impl": pr.peer.impl, "cmd": cmd, "rc": rc,
              "wall_s": round(wall, 2), "log": os.path.relpath(log, runner.out),
@@ -351,7 +351,7 @@ def run_train_peer(runner, pr, n, total):
 def run_micro_peer(runner, suite, n, total):
     """MPI_Allreduce at the ranks and sizes of the suite's dpbench all-reduce benchmarks; rows go
     to DIR/micro-<suite>.csv beside dpbench's."""
-    from suitelib import append_rows, read_micro
+    from suite_results import append_rows, read_micro
     a = runner.a
     tag = f"[{n}/{total} {runner.elapsed()}] {suite.name}: peer openmpi"
     bench = os.path.join(runner.out, f"micro-{suite.name}.json")
@@ -396,5 +396,5 @@ def _finish(runner, entry, rc, wall, tail, done):
 def fallback_columns():
     """The suite CSV's columns when no dpbench run wrote its header yet: suite, scenario, then
     dpbench's column table (scripts/train_csv_columns.json, impl first)."""
-    from suitelib import TRAIN_CSV_COLUMNS
+    from suite_results import TRAIN_CSV_COLUMNS
     return ["suite", "scenario"] + [c["name"] for c in TRAIN_CSV_COLUMNS]

@@ -33,9 +33,10 @@ a results file is only ever replaced whole. Exit status of `run`: 0 every run pa
 failed (their rows say which; the other results are complete), 2 bad arguments (--devices beyond
 what dpbench runs, an --out that cannot be written: nothing ran), 3 the results folder could not
 be written (a full disk: the manifest's status says failed, with the error), 130 interrupted.
-Standard library only: it runs under any python3. Suite files, readers and the per-run numbers are
-in scripts/suitelib.py; the results folder's manifest, temporary files and how a run ends (exit
-status, signals, a full disk) in scripts/suite_state.py.
+Standard library only: it runs under any python3. Suite files and run planning are in
+scripts/suitelib.py; the results folder's CSVs, readers and the per-run numbers in
+scripts/suite_results.py; its manifest, temporary files and how a run ends (exit status, signals,
+a full disk) in scripts/suite_state.py.
 """
 import argparse
 import fnmatch
@@ -51,9 +52,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import memory_report as fitlib  # noqa: E402  (the fit rows)
 import peerlib  # noqa: E402
-from suitelib import (FIT_PREFIX, NO_CHECK_NOTE, ROOT, append_rows, append_suite_csv,  # noqa: E402
-                      effective_info, expand_runs, launcher_refusal, load_suite, micro_args,
-                      mpi_twins, PROJECT_PREFIX, read_rows, suite_names, SuiteError)
+from suite_results import append_rows, append_suite_csv, read_rows  # noqa: E402
+from suitelib import (FIT_PREFIX, NO_CHECK_NOTE, ROOT, effective_info, expand_runs,  # noqa: E402
+                      launcher_refusal, load_suite, micro_args, mpi_twins, PROJECT_PREFIX,
+                      suite_names, SuiteError)
 from suite_state import (SuiteState, cmd_output, cpu_sample, interrupt_on_signals,  # noqa: E402
                          load_between, machine_facts, out_dir_problem, record_outside, versions)
 from summary import write_summary  # noqa: E402

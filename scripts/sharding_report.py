@@ -26,7 +26,8 @@ import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import memory_report as mr  # noqa: E402
-from suitelib import FIT_PREFIX, write_atomic  # noqa: E402
+from suite_results import write_atomic  # noqa: E402
+from suitelib import FIT_PREFIX  # noqa: E402
 from report_main import read_manifest, report_main  # noqa: E402
 
 SUITE = "sharding"

@@ -26,6 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import peerlib  # noqa: E402
 import sharding_report as sr  # noqa: E402
+import suite_results  # noqa: E402
 import suitelib  # noqa: E402
 from suitelib import arg_value  # noqa: E402
 
@@ -220,7 +221,7 @@ class ShardingReport(unittest.TestCase):
             self.assertEqual((rows[0]["impl"], rows[0]["shard"],
                               rows[0]["peak_mem_optimizer_state_bytes"]),
                              ("torch-zero1", "optimizer", 10485776))
-            suitelib.append_rows(os.path.join(out, "sharding.csv"), rows)
+            suite_results.append_rows(os.path.join(out, "sharding.csv"), rows)
 
             rr = {(r["scenario"], r["impl"]): r for r in sr.sharding_rows(out)}
             self.assertEqual(len([k for k in rr if k[1] == "dpbench"]), 32)
@@ -266,7 +267,7 @@ class ShardingReport(unittest.TestCase):
             with open(os.path.join(out, sr.CSV_NAME), newline="") as f:
                 table = list(csv.DictReader(f))
             self.assertEqual(len(table), 33)
-            self.assertFalse(suitelib.is_suite_csv(os.path.join(out, sr.CSV_NAME)))
+            self.assertFalse(suite_results.is_suite_csv(os.path.join(out, sr.CSV_NAME)))
             with open(os.path.join(out, sr.MD_NAME)) as f:
                 md = f.read()
             self.assertIn("## What fits per mode", md)

@@ -22,6 +22,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import run_suite  # noqa: E402
+import suite_results  # noqa: E402
 import suitelib  # noqa: E402
 
 GOOD = """[suite]
@@ -120,13 +121,13 @@ def main():
                 os.path.join(res, ".tmp", "micro-smoke.json.tmp.999999999")]
         for x in left:
             open(x, "w").close()
-        expect(suitelib.stale_temps(res) == left[:1], "stale_temps finds manifest.json.tmp<dead pid>",
-               str(suitelib.stale_temps(res)))
+        expect(suite_results.stale_temps(res) == left[:1], "stale_temps finds manifest.json.tmp<dead pid>",
+               str(suite_results.stale_temps(res)))
         # A full disk: the manifest's status set in place, without growing the file.
         man = os.path.join(res, "manifest.json")
-        suitelib.write_json(man, {"status": "running", "x": 1})
+        suite_results.write_json(man, {"status": "running", "x": 1})
         size = os.path.getsize(man)
-        ok = suitelib.mark_status_in_place(man, "running", "failed")
+        ok = suite_results.mark_status_in_place(man, "running", "failed")
         with open(man) as f:
             st = json.load(f)["status"]
         expect(ok and st == "failed" and os.path.getsize(man) == size,

@@ -22,7 +22,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suitelib import ROOT, mark_status_in_place, stale_temps, write_json  # noqa: E402
+from suite_results import mark_status_in_place, stale_temps, write_json  # noqa: E402
+from suitelib import ROOT  # noqa: E402
 
 
 def utc(t=None):

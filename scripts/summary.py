@@ -20,7 +20,8 @@ import cluster_report
 import memory_report
 import sharding_report
 from peerlib import FAMILY
-from suitelib import FIT_PREFIX, MPI_SUFFIX, read_micro, summarize, write_atomic
+from suite_results import read_micro, summarize, write_atomic
+from suitelib import FIT_PREFIX, MPI_SUFFIX
 
 # suites whose memory tables have a report of their own (else scripts/memory_report.py's)
 MEMORY_REPORTS = {sharding_report.SUITE: sharding_report.report_lines}

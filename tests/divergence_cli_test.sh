@@ -84,10 +84,10 @@ mkdir -p "$res"
 python3 - "$SRC" "$res" "$tmp/fine.csv" "$tmp/ta.csv" <<'PY' || fail "building the results folder"
 import os, sys
 sys.path.insert(0, os.path.join(sys.argv[1], "scripts"))
-import suitelib
+import suite_results
 out = os.path.join(sys.argv[2], "scaling.csv")
-suitelib.append_suite_csv(out, "scaling", "lenet-k1", sys.argv[3])
-suitelib.append_suite_csv(out, "scaling", "lenet-global-linear-k2", sys.argv[4])
+suite_results.append_suite_csv(out, "scaling", "lenet-k1", sys.argv[3])
+suite_results.append_suite_csv(out, "scaling", "lenet-global-linear-k2", sys.argv[4])
 PY
 python3 "$SRC/scripts/run_suite.py" summary "$res" >/dev/null 2>&1 || fail "run_suite.py summary"
 grep -q "lenet-global-linear-k2 (diverged, epoch 1)" "$res/summary.txt" ||
