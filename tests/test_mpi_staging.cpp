@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <optional>
@@ -159,6 +160,41 @@ TEST(MpiStaging, OverlapStagesOnCommStreamWithBuffersFromSetup) {
                                                    << mpi.size() << ")";
     EXPECT_LE(max_abs_diff(run.params, ref1), 1e-5) << run.ar << ": processes vs k = 1";
   }
+}
+
+// Two levels (tests/mpi_staging_test.sh runs it as DPB_NODES=2 mpirun -np 4): hier's cross-node
+// groups move their shards by messages; their staging too is allocated before the first step,
+// and the parameters are those of k = 1.
+TEST(MpiStaging, HierCrossNodeStagingFromSetup) {
+  const LaunchEnv env = detect_launch_env();
+  if (!env.processes) GTEST_SKIP() << "not started by mpirun (tests/mpi_staging_test.sh runs it)";
+  if (!mpi_built()) GTEST_SKIP() << "dpbench built without MPI";
+  if (!std::filesystem::exists(resolve_data_dir(""))) GTEST_SKIP() << "no Fashion-MNIST";
+  MpiSession mpi;
+  const char* nodes = std::getenv("DPB_NODES");
+  if (mpi.size() != 4 || !nodes || std::string(nodes) != "2")
+    GTEST_SKIP() << "needs DPB_NODES=2 mpirun -np 4 (tests/mpi_staging_test.sh)";
+  SCOPED_TRACE("rank " + std::to_string(mpi.rank()));
+  const Dataset d = load_fashion_mnist(resolve_data_dir(""), 190, 32);
+  TrainConfig c = dpb_test::small_train_config("async", 4, "hier", SyncMode::Bucketed,
+                                               /*overlap=*/true);
+  c.procs = {mpi.size(), mpi.rank(), mpi.local_rank(), mpi.local_size()};
+  Seen seen;
+  const TrainResult got = train(c, d, {}, [&](int rank, int threads) {
+    return std::make_unique<Observed>(make_async_device(rank, threads), seen);
+  });
+  EXPECT_NE(got.allreduce_resolved.find("hier"), std::string::npos) << got.allreduce_resolved;
+  EXPECT_EQ(seen.host_allocs_in_steps.load(), 0)
+      << "hier on 2 x 2 nodes: host staging allocated inside a training step";
+  EXPECT_EQ(seen.off_rank_compute.load(), 0)
+      << "the communication thread used the compute stream (first: " << seen.offender << ")";
+  if (mpi.rank() != 0) return;  // rank 0 holds the epochs and the parameters
+  ASSERT_FALSE(got.epochs.empty());
+  EXPECT_TRUE(got.epochs[0].replicas_in_sync);
+  unsetenv("DPB_NODES");  // the reference is one device, no nodes
+  TrainConfig one = dpb_test::small_train_config("cpu", 1, "ring", SyncMode::Bucketed, false);
+  EXPECT_LE(max_abs_diff(got.final_params, train(one, d).final_params), 1e-5)
+      << "hier on 2 x 2 nodes vs k = 1";
 }
 
 }  // namespace

@@ -71,6 +71,7 @@ MpiTransport::MpiTransport(Device& dev, int rank, int size, int nodes)
     setup_shm(nodes);
   }
   make_board();
+  join_staged();
 }
 
 MpiTransport::MpiTransport(MpiTransport& parent, int color, int key,
@@ -97,6 +98,7 @@ MpiTransport::MpiTransport(MpiTransport& parent, int color, int key,
     setup_sub_shm();
   }
   make_board(parent.board_.get(), &members);
+  join_staged();
 }
 
 std::vector<std::unique_ptr<Transport>> MpiTransport::split(
@@ -124,12 +126,8 @@ std::vector<std::unique_ptr<Transport>> MpiTransport::split(
 
 Buffer MpiTransport::alloc(int rank, size_t n, MemCategory cat, const char* what) {
   check(rank);
-  if (!arena()) {
-    reserve_staging(n);
-    return Buffer(dev_, n, cat, what);
-  }
-  // Over messages from the arena: a group across nodes, whose node groups go direct on it.
-  if (!direct_ok_) reserve_staging(n);
+  stage_for(n);
+  if (!arena()) return Buffer(dev_, n, cat, what);
   dev_.memory().reserve(n * sizeof(float), cat, what);
   float* p = nullptr;
   try {
@@ -140,6 +138,17 @@ Buffer MpiTransport::alloc(int rank, size_t n, MemCategory cat, const char* what
   }
   dev_.memory().track(p, n * sizeof(float), cat);
   return Buffer(arena_owner_, p, n);
+}
+
+void MpiTransport::stage_for(size_t n) {
+  sh_->largest = std::max(sh_->largest, n);
+  for (MpiTransport* t : sh_->staged) t->reserve_staging(n);
+}
+
+void MpiTransport::join_staged() {
+  if (direct_ok_) return;
+  sh_->staged.push_back(this);
+  reserve_staging(sh_->largest);
 }
 
 void MpiTransport::begin(int rank, float* buf) {

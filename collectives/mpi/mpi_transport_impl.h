@@ -45,6 +45,7 @@ void node_rank_size(MPI_Comm comm, int rank, int& node_rank, int& node_size,
 // What a transport and the sub-groups split from it share (one per whole group, by its ranks):
 // each rank's node (emulated --nodes / DPB_NODES, else the real one) and, when CPU processes
 // share memory, this process's arena and its node peers' arenas mapped here.
+class MpiTransport;
 struct ProcShared {
   std::vector<int> node;                          // by rank: its node's id
   std::unique_ptr<ShmArena> arena;                // null: no shared memory
@@ -52,6 +53,12 @@ struct ProcShared {
   std::vector<char*> bases;                       // by rank: its arena here (nullptr: not mapped)
   std::vector<pid_t> pids;                        // by rank
   bool required = false;                          // DPB_SHM=1
+  // The groups of this process that move data by messages (the whole group across nodes, its
+  // cross-node sub-groups; none on the direct path) and the largest collective buffer allocated
+  // so far: each stages for it from set-up, also a group split after the buffers were allocated
+  // (hier's, at its first call), so that no step allocates staging (MpiTransport::stage_for).
+  std::vector<MpiTransport*> staged;
+  size_t largest = 0;
 };
 
 class MpiTransport final : public Transport {
@@ -65,7 +72,10 @@ class MpiTransport final : public Transport {
   // parent's arenas: its direct path runs on buffers from the parent's alloc() too (hier's are).
   MpiTransport(MpiTransport& parent, int color, int key, const std::vector<int>& members,
                std::vector<int> whole);
-  ~MpiTransport() override { MPI_Comm_free(&comm_); }
+  ~MpiTransport() override {
+    if (sh_) std::erase(sh_->staged, this);
+    MPI_Comm_free(&comm_);
+  }
 
   // Every process calls it with the same parts (CommGroup::levels): one MPI_Comm_split.
   std::vector<std::unique_ptr<Transport>> split(
@@ -214,9 +224,16 @@ class MpiTransport final : public Transport {
   }
 
   // Staging for messages of up to n floats (host: received sums; other devices: also the sends
-  // and the device copies of received sums), allocated once: at setup from alloc(), or here when
-  // a collective runs on a larger buffer (tests count Device::alloc_host calls).
+  // and the device copies of received sums), allocated once: at setup (stage_for), or here when
+  // a collective runs on a buffer larger than any from alloc() (tests count alloc_host calls).
   void reserve_staging(size_t n);
+  // A collective buffer of n floats: every group of this process that moves data by messages
+  // stages for it (a cross-node group of hier moves 1/g of it; sized for all of it, as naive's
+  // root may receive more).
+  void stage_for(size_t n);
+  // At the end of construction: a group that moves data by messages joins ProcShared::staged
+  // and stages for the largest buffer allocated before it.
+  void join_staged();
 
   // Posts MPI_Irecv for recvs[next..] while their staged floats fit rstage_ (at least one
   // receive: reserve_staging made room for the largest); advances next, returns the staged floats.
