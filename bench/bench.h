@@ -247,4 +247,12 @@ double run_timed_loop(benchmark::State& st, RankThreads& pool, const std::functi
 // Returns false when it skipped.
 bool guarded(benchmark::State& st, const std::function<void()>& body);
 
+// The command line (flags.cpp): the --dpb_* flags taken out of argv (Google Benchmark rejects
+// flags it does not know) into a BenchConfig; a bad value is exit 2 naming the flag (die).
+BenchConfig parse_dpb_flags(int* argc, char** argv);
+void print_usage();  // --help: our flags, then Google Benchmark's
+// a is Google Benchmark's boolean flag `name` turned on ("--name", "--name=true", ...).
+bool flag_on(const std::string& a, const std::string& name);
+[[noreturn]] void die(const std::string& msg);  // "dpbench-micro: msg (see --help)", exit 2
+
 }  // namespace dpb::bench
