@@ -148,6 +148,17 @@ oom() {  # oom LIMIT_KB EXPECTED_RC args...
 oom $((BASE + 50000)) 3 --model lenet --devices 2 --batch 64 "${small[@]}"
 oom $((BASE + 600000)) 0 --model lenet --devices 2 --batch 64 "${small[@]}"
 oom $((BASE + 300000)) 3 --model resnet18 --devices 2 --batch 32 "${small[@]}"
+# A rank thread whose stack cannot be mapped (each thread maps `ulimit -s`: 2.5 GB under a 3 GB
+# limit leaves room for one): exit 3 naming the thread and the limit (was exit 2, "Resource
+# temporarily unavailable", as for bad input).
+out=$( (ulimit -s 2500000; ulimit -v 3000000; "$BIN" train --epochs 1 --quiet --model lenet \
+        --devices 2 "${small[@]}") 2>&1); rc=$?
+if [ $rc -eq 3 ] && grep -q "out of memory: could not start a thread.*ulimit -v 3000000" <<<"$out"; then
+  echo "ok: a rank thread's stack refused under ulimit -v -> rc=3"
+else
+  fail "ulimit -s 2500000 -v 3000000 train --devices 2 -> rc=$rc, expected 3 naming the thread"
+  echo "$out" | tail -3
+fi
 fi
 
 # 7. One process under a launcher runs its ranks as threads (mpirun -np 1 as srun -n 1).

@@ -14,6 +14,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <system_error>
 
 #include "collectives/mpi/mpi_transport.h"
 #include "collectives/named_links.h"
@@ -341,6 +342,21 @@ int train_main(TrainArgs& t) {
     if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), msg, 3);
     std::fprintf(stderr, "dpbench: %s\n", msg.c_str());
     return 3;
+  } catch (const std::system_error& e) {
+    // A thread that could not start (EAGAIN): under ulimit -v its stack was refused, memory.
+    const bool no_thread = e.code() == std::errc::resource_unavailable_try_again;
+    const std::string msg =
+        no_thread && address_space_limit()
+            ? std::string("out of memory: could not start a thread (") + e.what() +
+                  "): its stack could not be mapped" + address_limit_note()
+            : e.what();
+    const int code = no_thread && address_space_limit() ? 3 : 2;
+    if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), msg, code);
+    if (env.processes)
+      std::fprintf(stderr, "dpbench: %s\n", rank_error_message(env.rank, msg).c_str());
+    else
+      std::fprintf(stderr, "dpbench: %s%s\n", code == 3 ? "" : "error: ", msg.c_str());
+    return code;
   } catch (const std::exception& e) {
     if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), e.what());  // ends every process
     if (env.processes)
