@@ -188,9 +188,7 @@ uint64_t schedule_sent_bytes(Collective c, const std::string& algorithm, size_t 
   DPB_CHECK(nodes >= 1 && k % nodes == 0,
             collective_name(c) << " " << algorithm << ": " << k << " ranks do not split into "
                                << nodes << " nodes of equal size");
-  SentBytesQuery q{c, n, k, rank, kind, tune_file};
-  q.nodes = nodes;
-  q.link = link;  // auto weighs hier on it
+  SentBytesQuery q{c, n, k, rank, kind, tune_file, nodes, "ring", "ring", link};  // auto: link
   return e.sent_bytes(q);
 }
 

@@ -216,13 +216,19 @@ class NcclAllReduce final : public AllReduce {
         rank,
         [&] {
           state(", an error from an earlier call");
-          const ncclResult_t res = issue(rank, buf, n, dev.comm_stream());
+          const ncclResult_t res = enqueue(rank, buf, n, dev.comm_stream());
           if (res == ncclInProgress) return false;  // e.g. connecting to the peers (first use)
           NCCL_CHECK(res, "rank " << rank << ", " << what << ": " << ncclGetLastError(comms_[rank]));
           return true;
         },
         [&] { return state(""); }, what);
-    group_.count_sent(rank, ring_sent_bytes({op_, n, group_.size(), rank, group_.kind(), ""}));
+    SentBytesQuery q;  // the ring's count: the library's own schedule is not known
+    q.op = op_;
+    q.n = n;
+    q.k = group_.size();
+    q.rank = rank;
+    q.kind = group_.kind();
+    group_.count_sent(rank, ring_sent_bytes(q));
   }
 
   // Runs on the failing rank's thread before the rank threads are joined: later and current
@@ -247,7 +253,7 @@ class NcclAllReduce final : public AllReduce {
  private:
   // Issues this object's collective on rank's communicator (counts in elements, not bytes); see
   // the header comment for the in-place forms and uneven shards.
-  ncclResult_t issue(int rank, float* buf, size_t n, cudaStream_t stream) {
+  ncclResult_t enqueue(int rank, float* buf, size_t n, cudaStream_t stream) {
     ncclComm_t comm = comms_[rank];
     const int k = group_.size();
     if (op_ == Collective::AllReduce)

@@ -2,8 +2,8 @@
 // deepest MLP) that fits devices of a given capacity, found by planning real training steps on the
 // meta backend, with the memory breakdown at the peak; --check confirms it with real steps.
 //   dpbench fit --model resnet18 --devices 4 --device-mem 24GiB [--check] [--json F] [--out F.csv]
-//   dpbench fit --model mlp --optimizer adam --data synthetic --devices 2 --device-mem 24GiB \
-//               --vary layers --batch 6912
+//   dpbench fit --model mlp --optimizer adam --data synthetic --devices 2 --device-mem 24GiB
+//               --vary layers --batch 6912       (one command line)
 #pragma once
 #include <CLI/CLI.hpp>
 #include <memory>
