@@ -228,6 +228,11 @@ int main(int argc, char** argv) {
     std::error_code ec;
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     if (ec) die("cannot create " + parent.string() + ": " + ec.message());
+    // FILE.tmp.<pid> of runs killed by SIGKILL; this run's goes if SIGTERM, SIGINT or SIGHUP ends it.
+    if (const int stale = dpb::remove_stale_temps(out_path))
+      std::fprintf(stderr, "dpbench-micro: removed %d temporary file(s) of killed runs beside %s\n",
+                   stale, out_path.c_str());
+    dpb::remove_on_termination_signal(tmp_path);
   }
 
   // Default: the CPU, plus what --backend auto picks (the CUDA backend when it can run here).
@@ -310,6 +315,7 @@ int main(int argc, char** argv) {
     add_load_context(tmp_path, dpb::cpu_load_between(load0, dpb::sample_cpu()));
     std::error_code ec;
     std::filesystem::rename(tmp_path, out_path, ec);
+    dpb::remove_on_termination_signal("");  // renamed: nothing to remove any more
     if (ec) die("could not rename " + tmp_path + " to " + out_path + ": " + ec.message());
     std::fprintf(stderr, "dpbench-micro: wrote %s\n", out_path.c_str());
   }

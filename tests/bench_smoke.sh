@@ -101,6 +101,30 @@ assert cpus["stddev"] == cpus["cv"] == "", cpus
 print("ok: bench_to_csv.py on %d rows with repetitions" % len(rows))
 EOF
 
+# A killed run leaves no FILE.tmp.<pid>: SIGTERM and SIGHUP end it without one (the old file
+# kept), and the next run removes the one a SIGKILL left.
+echo '{"old": 1}' >"$tmp/k.json"
+for sig in TERM HUP KILL; do
+  "$BIN" --benchmark_filter='allreduce/cpu/ring/' --dpb_max_bytes=64M --benchmark_min_time=2 \
+    --benchmark_out="$tmp/k.json" >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do [ -e "$tmp/k.json.tmp.$pid" ] && break; sleep 0.1; done
+  sleep 0.5
+  kill -"$sig" "$pid"; wait "$pid" 2>/dev/null || true
+  grep -q '"old": 1' "$tmp/k.json" || { echo "FAIL: SIG$sig replaced the results file"; exit 1; }
+  left=$(ls "$tmp" | grep -c '^k\.json\.tmp\.' || true)
+  if [ "$sig" = KILL ]; then
+    [ "$left" = 1 ] || { echo "FAIL: SIGKILL: $left temporary files (want the one it left)"; exit 1; }
+  else
+    [ "$left" = 0 ] || { echo "FAIL: SIG$sig left $(ls "$tmp" | grep '^k\.json\.tmp\.')"; exit 1; }
+  fi
+done
+"$BIN" --benchmark_filter='^allreduce/cpu/ring/ranks:2/bytes:4096/' --benchmark_min_time=0.01 \
+  --benchmark_out="$tmp/k.json" >/dev/null 2>"$tmp/k.err" || { echo "FAIL: run after SIGKILL"; exit 1; }
+grep -q "removed 1 temporary file(s) of killed runs" "$tmp/k.err" && ! ls "$tmp" | grep -q '^k\.json\.tmp\.' \
+  || { echo "FAIL: the SIGKILLed run's temporary file not removed"; cat "$tmp/k.err"; exit 1; }
+echo "ok: SIGTERM, SIGHUP leave no FILE.tmp.<pid>; the next run removes a SIGKILLed one"
+
 /usr/bin/python3 "$SRC/scripts/overlap_report.py" --reference fused-after "$tmp/a.json" \
   >"$tmp/overlap.txt" 2>&1 || { echo "FAIL: overlap_report.py"; cat "$tmp/overlap.txt"; exit 1; }
 grep -q "per-param-overlap" "$tmp/overlap.txt" && grep -q "p=" "$tmp/overlap.txt" \

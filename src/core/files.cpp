@@ -2,6 +2,7 @@
 #include "src/core/files.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -262,6 +263,55 @@ void check_distinct_outputs(const std::vector<std::pair<std::string, std::string
                          << (pa == pb ? "'" + pa + "'" : "'" + pa + "' and '" + pb + "'")
                          << "): one would overwrite the other; give each its own file");
     }
+}
+
+namespace {
+
+// The path the termination handler removes: a fixed buffer, as a handler may only unlink(2).
+char term_tmp[PATH_MAX];
+
+void on_termination_signal(int sig) {
+  if (term_tmp[0]) unlink(term_tmp);
+  signal(sig, SIG_DFL);  // then end as the signal would have (exit status 128 + sig)
+  raise(sig);
+}
+
+}  // namespace
+
+void remove_on_termination_signal(const std::string& tmp_path) {
+  DPB_CHECK(tmp_path.size() < sizeof term_tmp, "temporary path too long: " << tmp_path);
+  term_tmp[0] = '\0';  // no handler reads a half-copied path
+  std::memcpy(term_tmp, tmp_path.c_str(), tmp_path.size() + 1);
+  if (tmp_path.empty()) return;
+  struct sigaction sa {};
+  sa.sa_handler = on_termination_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    struct sigaction old {};
+    // A signal the parent set to be ignored (nohup) stays ignored.
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
+int remove_stale_temps(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  const std::string prefix = p.filename().string() + ".tmp.";
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    if (kill(pid_t(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours
+    std::error_code rm;
+    if (fs::remove(e.path(), rm)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace dpb

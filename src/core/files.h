@@ -53,4 +53,13 @@ void append_csv_rows(const std::string& path, const std::string& header,
 // and hard links. Entries are {option, path}; an empty path (option not given) is skipped.
 void check_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& option_path);
 
+// A temporary file that outlives a whole run (dpbench-micro's FILE.tmp.<pid>, renamed to FILE at
+// the end): removed when the process ends by SIGTERM, SIGINT or SIGHUP (the handler unlinks it and
+// the signal then ends the process as it would have); one per process, "" to forget it (after the
+// rename). A SIGKILL leaves it: remove_stale_temps removes those.
+void remove_on_termination_signal(const std::string& tmp_path);
+// Removes `path`.tmp.<pid> files of processes that are gone (a run killed by SIGKILL); returns
+// how many. A live process's temporary file is left alone.
+int remove_stale_temps(const std::string& path);
+
 }  // namespace dpb
