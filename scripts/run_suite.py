@@ -499,11 +499,16 @@ def main(argv=None):
         return 0
     a.suite_given = any(a.suite)
     # Only a default run reads every suite file: --suite X runs while another file is broken.
-    a.suite = [x for s in a.suite for x in s.split(",") if x] or sorted(
-        (n for n in suite_names() if load_suite(n).default),
-        key=lambda n: (bool(load_suite(n).runs), n))  # microbenchmarks first
-    for sname in a.suite:
-        load_suite(sname)  # unknown names fail before any work
+    try:  # an unknown or unusable suite is bad input: exit 2 naming it, before any work
+        a.suite = [x for s in a.suite for x in s.split(",") if x] or sorted(
+            (n for n in suite_names() if load_suite(n).default),
+            key=lambda n: (bool(load_suite(n).runs), n))  # microbenchmarks first
+        for sname in a.suite:
+            load_suite(sname)
+    except SystemExit as e:  # SuiteError, or load_suite's unknown name
+        if not isinstance(e.code, str):
+            raise
+        usage_error(e.code.removeprefix("run_suite: "))
     a.devices_given = a.devices is not None
     if os.environ.get("DPB_FAKE_GPUS") and not a.dry_run:
         raise SystemExit("run_suite: DPB_FAKE_GPUS plans for a machine that is not this one; it "

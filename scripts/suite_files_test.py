@@ -97,8 +97,13 @@ def main():
         expect(rc == 0 and "steps" in out, f"--suite smoke runs beside a broken file (exit {rc})",
                out)
         rc, out = run_main(dry)
-        expect(rc != 0 and "broken.ini line" in out,
+        expect(rc == 2 and "broken.ini line" in out,
                f"a default run (every suite file) is refused naming the file (exit {rc})", out)
+        rc, out = run_main(dry + ["--suite", "broken"])
+        expect(rc == 2 and "broken.ini line" in out,
+               f"--suite broken is refused naming the file and line, exit 2 (exit {rc})", out)
+        rc, out = run_main(dry + ["--suite", "nosuch"])
+        expect(rc == 2 and "no suite 'nosuch'" in out, f"an unknown suite is exit 2 (exit {rc})", out)
         # --devices beyond what dpbench runs, an --out that takes no files: exit 2 before any work.
         info = json.dumps({"cores": 2, "cuda_devices": 0, "max_ranks": 64})
         fake_bin = os.path.join(tmp, "dpbench")
