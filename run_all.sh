@@ -106,7 +106,9 @@ if [ "$launcher" != threads ] && ! command -v mpirun >/dev/null && [ -z "${DPB_M
 fi
 # --out: a folder that will take files, checked before any stage (a read-only one would otherwise
 # fail after the build, at the first write of the suites).
+out_made=0  # this run made the --out folder: removed again if a refusal leaves it empty
 if ((out_given && dry_run == 0)); then
+  [ -d "$out" ] || out_made=1
   probe="$out/.write-probe.$$"
   if ! mkdir -p "$out" 2>/dev/null || ! : 2>/dev/null >"$probe"; then
     echo "run_all.sh: --out $out: cannot write there ($( [ -d "$out" ] && echo "the folder" \
@@ -250,6 +252,7 @@ if ((dry_run)); then
     --info "$info" --invocation "$INVOCATION" --launcher "$launcher" $peers
   exit $?
 fi
+[ -d "$out" ] || out_made=1
 mkdir -p "$out"
 step "microbenchmarks and suites -> $out"
 devices_arg=()
@@ -267,6 +270,7 @@ set -e
 # 0: every run passed, 1: some failed (the rest are results): go on to plots and summary. 2 (bad
 # arguments, nothing ran), 3 (the results folder refused a write: a full disk) or a crash: stop.
 if ((rc != 0 && rc != 1)); then
+  ((rc == 2 && out_made)) && { rmdir "$out" 2>/dev/null || true; }  # refused: no empty folder
   echo "run_all.sh: scripts/run_suite.py stopped (exit $rc, see above); no plots or summary" >&2
   exit "$rc"
 fi

@@ -11,6 +11,15 @@ cd "$(dirname "$0")/.."
 BUILD=${1:?usage: scripts/run_all_modes_test.sh BUILD_DIR}
 scripts/check_regression_test.py
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dpbench-modes.XXXXXX")
+# A refused run (--devices beyond what dpbench runs) is exit 2 and leaves no --out folder it made.
+rc=0
+DPB_BUILD_DIR="$BUILD" DPB_BACKEND=cpu ./run_all.sh --suite smoke --devices 1,2,99 --no-build \
+  --out "$tmp/refused" >"$tmp/refused.log" 2>&1 || rc=$?
+if [ $rc -ne 2 ] || [ -e "$tmp/refused" ] || ! grep -q -- "--devices 1,2,99: 99" "$tmp/refused.log"; then
+  echo "FAIL: run_all.sh --devices 1,2,99: exit $rc (want 2), folder $( [ -e "$tmp/refused" ] &&
+    echo left || echo removed)"; tail -3 "$tmp/refused.log"; exit 1
+fi
+echo "ok: run_all.sh --devices 1,2,99 -> exit 2 naming 99, no --out folder left"
 t0=$SECONDS
 DPB_BUILD_DIR="$BUILD" DPB_BACKEND=cpu ./run_all.sh --full --suite smoke --devices 1,2 --peers \
   --no-build --out "$tmp/full" | tee "$tmp/run_all.log"
