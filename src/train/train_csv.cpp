@@ -270,7 +270,7 @@ const std::vector<CsvColumn>& train_csv_columns() {
        "blank-separated (-1: unknown)",
        [](Run, Ep e) {
          std::string t;
-         for (int c : e.rank_cpus) t += (t.empty() ? "" : " ") + std::to_string(c);
+         for (int c : e.rank_cpus) t.append(t.empty() ? "" : " ").append(std::to_string(c));
          return t;
        }},
   };
