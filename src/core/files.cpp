@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -280,9 +281,13 @@ void on_termination_signal(int sig) {
 
 void remove_on_termination_signal(const std::string& tmp_path) {
   DPB_CHECK(tmp_path.size() < sizeof term_tmp, "temporary path too long: " << tmp_path);
-  term_tmp[0] = '\0';  // no handler reads a half-copied path
-  std::memcpy(term_tmp, tmp_path.c_str(), tmp_path.size() + 1);
+  // The first byte last: a handler running meanwhile sees "" (nothing to remove), never a mix.
+  term_tmp[0] = '\0';
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   if (tmp_path.empty()) return;
+  std::memcpy(term_tmp + 1, tmp_path.c_str() + 1, tmp_path.size());
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  term_tmp[0] = tmp_path[0];
   struct sigaction sa {};
   sa.sa_handler = on_termination_signal;
   sigemptyset(&sa.sa_mask);
