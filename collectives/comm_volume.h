@@ -45,5 +45,15 @@ uint64_t schedule_sent_bytes(Collective c, const std::string& algorithm, size_t 
 // reduce-scatter n - |chunk r|, all-gather n - |chunk r+1|, all-reduce the ring's rotated halves,
 // (n - |chunk r+1|) + (n - |chunk r+2|); floats times 4; 0 when k = 1.
 uint64_t ring_sent_bytes(const SentBytesQuery& q);
+// The library collectives' nominal count (nccl, mpi: their own schedule is not known): the ring's
+// for `op` over n floats, k ranks, rank's sends.
+inline uint64_t library_sent_bytes(Collective op, size_t n, int k, int rank) {
+  SentBytesQuery q;
+  q.op = op;
+  q.n = n;
+  q.k = k;
+  q.rank = rank;
+  return ring_sent_bytes(q);
+}
 
 }  // namespace dpb

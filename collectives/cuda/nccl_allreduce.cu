@@ -222,13 +222,7 @@ class NcclAllReduce final : public AllReduce {
           return true;
         },
         [&] { return state(""); }, what);
-    SentBytesQuery q;  // the ring's count: the library's own schedule is not known
-    q.op = op_;
-    q.n = n;
-    q.k = group_.size();
-    q.rank = rank;
-    q.kind = group_.kind();
-    group_.count_sent(rank, ring_sent_bytes(q));
+    group_.count_sent(rank, library_sent_bytes(op_, n, group_.size(), rank));
   }
 
   // Runs on the failing rank's thread before the rank threads are joined: later and current

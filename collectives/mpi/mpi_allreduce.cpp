@@ -29,13 +29,7 @@ class MpiCollective final : public AllReduce {
       case Collective::AllGather: mpi_allgather(group_.transport(), rank, buf, n); break;
       default: mpi_allreduce_sum(group_.transport(), rank, buf, n);
     }
-    SentBytesQuery q;  // the ring's count: the library's own schedule is not known
-    q.op = op_;
-    q.n = n;
-    q.k = group_.size();
-    q.rank = rank;
-    q.kind = group_.kind();
-    group_.count_sent(rank, ring_sent_bytes(q));
+    group_.count_sent(rank, library_sent_bytes(op_, n, group_.size(), rank));
   }
 
  private:
