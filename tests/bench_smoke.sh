@@ -143,15 +143,17 @@ grep -q "allreduce/cpu/ring/ranks:2/bytes:4096" "$tmp/compare.txt" \
   || { echo "FAIL: compare.py output lacks the ring run"; head -20 "$tmp/compare.txt"; exit 1; }
 echo "ok: compare.py read both runs ($(wc -l <"$tmp/compare.txt") lines)"
 # scripts/spread_check.py: two invocations of one small all-reduce, the table with the cores and
-# the cross-core probe (xcore_GBps, every CPU all-reduce at k > 1); a loose bound (its timing is
-# the script's report, not this test's); an impossible bound exits 1.
-python3 "$SRC/scripts/spread_check.py" --micro "$BIN" -n 2 --min-time 0.01 --bound 1000 \
-  --filter '^allreduce/cpu/ring/ranks:2/bytes:65536/' >"$tmp/spread.txt" 2>&1 \
-  || { echo "FAIL: spread_check.py"; cat "$tmp/spread.txt"; exit 1; }
+# the cross-core probe (xcore_GBps, every CPU all-reduce at k > 1). Its timing is the script's
+# report, not this test's (a loaded CI machine spreads 64 KiB by 1000x): exit 0 or 1 (within or
+# over the bound) both pass; 2 (could not run) fails, and an impossible bound must exit 1.
+rc=0; python3 "$SRC/scripts/spread_check.py" --micro "$BIN" -n 2 --min-time 0.01 --bound 1000 \
+  --filter '^allreduce/cpu/ring/ranks:2/bytes:65536/' >"$tmp/spread.txt" 2>&1 || rc=$?
+[ "$rc" = 0 ] || [ "$rc" = 1 ] \
+  || { echo "FAIL: spread_check.py exit $rc"; cat "$tmp/spread.txt"; exit 1; }
 grep -Eq "allreduce/cpu/ring/ranks:2/bytes:65536 .*xcore [0-9.]+-[0-9.]+ GB/s" "$tmp/spread.txt" \
   || { echo "FAIL: spread_check.py output lacks the probe"; cat "$tmp/spread.txt"; exit 1; }
 rc=0; python3 "$SRC/scripts/spread_check.py" --micro "$BIN" -n 2 --min-time 0.01 --bound 1 \
-  --filter '^allreduce/cpu/ring/ranks:2/bytes:65536/' >/dev/null 2>&1 || rc=$?
-[ "$rc" = 2 ] && { echo "FAIL: spread_check.py --bound 1 failed to run"; exit 1; }
-echo "ok: spread_check.py (probe shown; exit $rc at bound 1)"
+  --filter '^allreduce/cpu/ring/ranks:2/bytes:65536/' >"$tmp/spread1.txt" 2>&1 || rc=$?
+[ "$rc" = 1 ] || { echo "FAIL: spread_check.py --bound 1 exit $rc (want 1)"; cat "$tmp/spread1.txt"; exit 1; }
+echo "ok: spread_check.py (probe shown; exit 1 at bound 1)"
 echo "bench_smoke: all checks passed in $SECONDS s"
