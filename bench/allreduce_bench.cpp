@@ -285,12 +285,11 @@ void register_collective(BenchEnv& env, const BackendEntry& b, Collective op) {
       if (why.empty() && k == 1)
         why = std::string("one rank: ") + collective_name(op) +
               " has nothing to communicate (it would time an empty call)";
+      const size_t cap = cap_for(env.cfg(), b, k);
       if (!why.empty()) {
-        std::fprintf(stderr, "dpbench-micro: not registered: %s: %s\n",
-                     bench_name(family, b, {alg}, k).c_str(), why.c_str());
+        env.not_registered(bench_name(family, b, {alg}, k), allreduce_sizes(cap), why);
         continue;
       }
-      const size_t cap = cap_for(env.cfg(), b, k);
       for (size_t bytes : allreduce_sizes(cap)) {
         const std::string name = bench_name(family, b, {alg}, k, bytes);
         benchmark::RegisterBenchmark(name.c_str(),

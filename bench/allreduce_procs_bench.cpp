@@ -168,13 +168,12 @@ void register_collective_procs(BenchEnv& env, const BackendEntry& b, Collective 
       why = std::string("one process: ") + collective_name(op) + " has nothing to communicate";
     if (why.empty() && cfg.run.link.enabled() && !e.link_paced)
       why = "a library's own collective, not paced by the emulated link (--dpb_link_gbps)";
+    const size_t cap = std::min(cfg.max_bytes, cfg.max_total_bytes / size_t(k));
     if (!why.empty()) {
-      if (cfg.proc_rank == 0)
-        std::fprintf(stderr, "dpbench-micro: not registered: %s/%s/%s/procs:%d: %s\n",
-                     family.c_str(), b.name.c_str(), alg.c_str(), k, why.c_str());
+      env.not_registered(family + "/" + b.name + "/" + alg + "/procs:" + std::to_string(k),
+                         allreduce_sizes(cap), why);
       continue;
     }
-    const size_t cap = std::min(cfg.max_bytes, cfg.max_total_bytes / size_t(k));
     for (size_t bytes : allreduce_sizes(cap)) {
       std::string name = family + "/" + b.name + "/" + alg + "/procs:" +
                          std::to_string(k) + "/bytes:" + std::to_string(bytes);

@@ -111,6 +111,14 @@ class BenchEnv {
     rig_name_.clear();
   }
 
+  // A configuration left out of the run (it cannot run, or would time nothing): `base` is its
+  // name without the size, `sizes` the sizes it would have run. Reported by
+  // report_not_registered() once registration is over.
+  void not_registered(const std::string& base, const std::vector<size_t>& sizes, const std::string& why);
+  // Prints, on stderr, the left-out configurations the --benchmark_filter selects, one line per
+  // reason; returns how many it printed.
+  size_t report_not_registered() const;
+
   // --dpb_trace (bench/trace.cpp). The number of benchmark `name` in the trace (1, 2, ... in the
   // order they first ran; the spans' epoch).
   bool tracing() const { return !cfg_.trace_path.empty(); }
@@ -127,6 +135,11 @@ class BenchEnv {
   std::mutex mu_;
   std::map<int, double> membw_;
   std::map<int, HostBatch> batches_;
+  struct Skipped {
+    std::string base, why;
+    std::vector<size_t> sizes;
+  };
+  std::vector<Skipped> skipped_;
   std::mutex trace_mu_;  // the trace, from the framework's thread (one benchmark at a time)
   std::vector<Span> trace_;
   std::vector<std::string> trace_names_;              // benchmark number - 1 -> name

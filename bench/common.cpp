@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <optional>
+#include <regex>
 
 #include "bench/bench.h"
 #include "kernels/backends.h"
@@ -81,6 +84,50 @@ std::string bench_name(const std::string& family, const BackendEntry& b, const s
   if (b.kind == BackendKind::Cuda && k > cuda_device_count()) s += "/shared";
   if (bytes > 0) s += "/bytes:" + std::to_string(bytes);
   return s;
+}
+
+void BenchEnv::not_registered(const std::string& base, const std::vector<size_t>& sizes,
+                              const std::string& why) {
+  skipped_.push_back({base, why, sizes});
+}
+
+size_t BenchEnv::report_not_registered() const {
+  // Google Benchmark's --benchmark_filter: a regex searched in each full name ("" and "all": every
+  // benchmark; a leading '-' selects what does not match). Here a left-out configuration is
+  // selected when the filter selects its name with a slash or any of its sizes' full names.
+  std::string filter = benchmark::GetBenchmarkFilter();
+  bool negate = !filter.empty() && filter[0] == '-';
+  if (negate) filter.erase(0, 1);
+  std::optional<std::regex> re;
+  if (!filter.empty() && filter != "all") {
+    try {
+      re.emplace(filter, std::regex::extended);
+    } catch (const std::regex_error&) {
+      return 0;  // Google Benchmark reports the bad regex itself
+    }
+  }
+  auto selected = [&](const std::string& name) {
+    return !re || std::regex_search(name, *re) != negate;
+  };
+  std::map<std::string, std::vector<std::string>> by_why;  // reason -> names, in registration order
+  std::vector<std::string> order;
+  for (const Skipped& s : skipped_) {
+    bool sel = selected(s.base + "/");
+    for (size_t i = 0; !sel && i < s.sizes.size(); ++i)
+      sel = selected(s.base + "/bytes:" + std::to_string(s.sizes[i]) + "/manual_time");
+    if (!sel) continue;
+    auto [it, fresh] = by_why.try_emplace(s.why);
+    if (fresh) order.push_back(s.why);
+    it->second.push_back(s.base);
+  }
+  size_t n = 0;
+  for (const std::string& why : order) {
+    std::string names;
+    for (const std::string& name : by_why[why]) names += (names.empty() ? "" : ", ") + name;
+    std::fprintf(stderr, "dpbench-micro: not registered (%s): %s\n", why.c_str(), names.c_str());
+    n += by_why[why].size();
+  }
+  return n;
 }
 
 bool guarded(benchmark::State& st, const std::function<void()>& body) {

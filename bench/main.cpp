@@ -283,6 +283,7 @@ int main(int argc, char** argv) {
     for (const dpb::BackendEntry* b : backends) dpb::bench::register_gradsync(env, *b);
     for (const dpb::BackendEntry* b : backends) dpb::bench::register_overlap(env, *b);
   }
+  const size_t left_out = root ? env.report_not_registered() : 0;
 
   // The load around the whole run (issue 25 item 5): the start now, the rest added to the JSON's
   // context at the end (Google Benchmark writes the context before the first benchmark).
@@ -309,6 +310,7 @@ int main(int argc, char** argv) {
     std::error_code ec;
     if (!tmp_path.empty()) std::filesystem::remove(tmp_path, ec);
     die("--benchmark_filter=" + benchmark::GetBenchmarkFilter() + ": no benchmark matches" +
+        (left_out ? " that can run (" + std::to_string(left_out) + " left out, why above)" : "") +
         (out_path.empty() ? "" : " (nothing written to " + out_path + ")"));
   }
   if (!tmp_path.empty() && std::filesystem::exists(tmp_path)) {

@@ -43,6 +43,14 @@ if [ -x "$MICRO" ]; then
   mkdir "$tmp/cwd" && (cd "$tmp/cwd" && "$MICRO" --benchmark_filter=NOMATCH >/dev/null 2>&1)
   [ -z "$(find "$tmp/cwd" -type f)" ] || fail "NOMATCH wrote a default results file: $(find "$tmp/cwd" -type f)"
   expect2 "no benchmark matches" "$MICRO" --benchmark_filter=NOMATCH --benchmark_list_tests
+  # A selection of configurations that cannot run: why, one line per reason, and the count; a
+  # selection that runs says nothing of the configurations it did not select.
+  expect2 "not registered (one rank: all-reduce has nothing to communicate" \
+    "$MICRO" '--benchmark_filter=^allreduce/cpu/(ring|naive)/ranks:1/' --benchmark_list_tests
+  grep -qF "no benchmark matches that can run (2 left out, why above)" <<<"$out" \
+    || fail "ranks:1 selection: no count of the left-out in: $(tail -1 <<<"$out")"
+  out=$("$MICRO" '--benchmark_filter=^allreduce/cpu/ring/ranks:2/bytes:4096/' --benchmark_list_tests 2>&1)
+  grep -q "not registered" <<<"$out" && fail "a runnable selection listed left-out configurations: $(grep "not registered" <<<"$out" | head -2)"
 else
   echo "skip: $MICRO not built"
 fi
