@@ -10,7 +10,7 @@ scripts and tests iterate those lists instead of their own.
      scripts/link_study.py's micro mode times the all-reduce's;
   3. no script or shell test holds a hand list (a list, tuple, set or `for x in ...` of two or
      more names of one table) naming an entry the binaries do not list, and the files that mean
-     "every entry" (link_study.py, link_study_test.sh) hold none at all.
+     "every entry" (link_study.py, link_study_projection.py, link_study_test.sh) hold none at all.
 Run by ctest (registry_lists); seconds.
 """
 import importlib.util
@@ -21,7 +21,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EVERY_ENTRY_FILES = ("scripts/link_study.py", "tests/link_study_test.sh")
+EVERY_ENTRY_FILES = ("scripts/link_study.py", "scripts/link_study_projection.py",
+                     "tests/link_study_test.sh")
 
 
 def out(cmd):

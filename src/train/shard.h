@@ -169,7 +169,7 @@ class ShardedStep final : public ParamSource {
   CommQueue q_;  // last: destroyed (its thread joined) before the slots its jobs use
 };
 
-// ---- the memory and traffic models (issue 22 item 4; tested by tests/test_shard.cpp) ----
+// ---- the memory and traffic models (issue 22 item 4; tested by tests/test_shard_models.cpp) ----
 
 // A rank's model states in bytes (fp32): what ZeRO shards.
 struct ShardMemory {
