@@ -133,6 +133,18 @@ def measure_and_project(a, args, train, csv_path, prof, profile_steps):
     return measured, exposed, pred
 
 
+def outcome(measured, exposed, pred, comm=True):
+    """One point's columns that every check writes: the projected vs the measured epoch and
+    exposed communication (comm: also the projection's whole communication)."""
+    d = dict(predicted_s=round(pred["epoch_s"], 4), measured_s=round(measured, 4),
+             error_pct=round((pred["epoch_s"] / measured - 1) * 100, 1))
+    if comm:
+        d["predicted_comm_s"] = round(pred["comm_s"], 4)
+    d.update(predicted_exposed_s=round(pred["exposed_comm_s"], 4),
+             measured_exposed_s=round(exposed, 4))
+    return d
+
+
 def kept_rows(out_csv, models):
     """A check's earlier rows of the models not run this time (a check can run one model at a
     time): they stay in its CSV."""
@@ -169,11 +181,7 @@ def cmd_check(a):
                         base = (measured, pred["epoch_s"])
                     rows.append(dict(model=model, devices=k, link_gbps=gbps,
                                      link_latency_us=CHECK_LATENCY_US if k > 1 else 0,
-                                     overlap=overlap, predicted_s=round(pred["epoch_s"], 4),
-                                     measured_s=round(measured, 4),
-                                     error_pct=round((pred["epoch_s"] / measured - 1) * 100, 1),
-                                     predicted_exposed_s=round(pred["exposed_comm_s"], 4),
-                                     measured_exposed_s=round(exposed, 4),
+                                     overlap=overlap, **outcome(measured, exposed, pred, comm=False),
                                      measured_speedup=round(base[0] / measured, 3) if base else "",
                                      predicted_speedup=round(base[1] / pred["epoch_s"], 3) if base else "",
                                      wall_s=round(time.time() - t0, 1)))
@@ -221,12 +229,7 @@ def cmd_shard_check(a):
                             a, args, train, csv_path, prof, a.profile_steps or c["profile_steps"])
                         rows.append(dict(model=model, devices=k, link_gbps=gbps,
                                          link_latency_us=CHECK_LATENCY_US, shard=mode,
-                                         overlap=overlap, predicted_s=round(pred["epoch_s"], 4),
-                                         measured_s=round(measured, 4),
-                                         error_pct=round((pred["epoch_s"] / measured - 1) * 100, 1),
-                                         predicted_comm_s=round(pred["comm_s"], 4),
-                                         predicted_exposed_s=round(pred["exposed_comm_s"], 4),
-                                         measured_exposed_s=round(exposed, 4),
+                                         overlap=overlap, **outcome(measured, exposed, pred),
                                          calls_per_step=pred["calls_per_step"],
                                          load=round(os.getloadavg()[0], 1),
                                          wall_s=round(time.time() - t0, 1)))
@@ -277,12 +280,7 @@ def cmd_nodes_check(a):
                                          node_link_gbps=gbps / NODES_SLOWER,
                                          node_link_latency_us=lat * NODES_SLOWER, allreduce=alg,
                                          shard=mode, overlap=overlap,
-                                         predicted_s=round(pred["epoch_s"], 4),
-                                         measured_s=round(measured, 4),
-                                         error_pct=round((pred["epoch_s"] / measured - 1) * 100, 1),
-                                         predicted_comm_s=round(pred["comm_s"], 4),
-                                         predicted_exposed_s=round(pred["exposed_comm_s"], 4),
-                                         measured_exposed_s=round(exposed, 4),
+                                         **outcome(measured, exposed, pred),
                                          load=round(os.getloadavg()[0], 1),
                                          wall_s=round(time.time() - t0, 1)))
                         write_csv(out_csv, rows)
