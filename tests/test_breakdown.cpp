@@ -162,15 +162,12 @@ TEST(BreakdownTrain, InjectedDelayIsNamed) {
   EXPECT_EQ(b.straggler.rank, 2) << b.straggler.describe();
   EXPECT_EQ(b.straggler.phase, "backward");
   const double rise = others_wait(slow, 2) - others_wait(base, 2);
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  // Instrumented, the 3 ranks' compute on 2 cores differs by more than the bound: the others'
-  // backward ran 13 ms against rank 2's 6 (ASan, beside another test shard: rise 19 ms). The
-  // others still wait for rank 2, for a good part of the delay and never more.
+  // The others wait for rank 2 for a good part of the delay and never more. Not 30 +- 9 ms: on 2
+  // cores the 3 ranks' compute differs by more than that (rank 2's sleep hands the cores to the
+  // others: a fresh Debian root, Release, the others' backward 8 ms against rank 2's 3, rise
+  // 19.9 ms; ASan beside another shard: 13 ms against 6, rise 19 ms).
   EXPECT_GT(rise, 0.010) << format_breakdown(slow.steps);
   EXPECT_LT(rise, 0.039) << format_breakdown(slow.steps);
-#else
-  EXPECT_NEAR(rise, 0.030, 0.009) << format_breakdown(slow.steps);
-#endif
   EXPECT_TRUE(slow.waits_known);
   ASSERT_EQ(slow.epochs.size(), 1u);
   EXPECT_EQ(slow.epochs[0].breakdown.straggler.rank, 2);

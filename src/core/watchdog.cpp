@@ -5,9 +5,12 @@
 #include "src/core/check.h"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -72,6 +75,35 @@ char process_state(int pid) {
   if (!f || !std::getline(f, line)) return 0;
   const size_t paren = line.rfind(')');  // the name may hold spaces and parentheses
   return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : 0;
+}
+
+// How long after the job's abort a stopped peer process is killed (kill_later): time for mpirun to
+// take the abort's exit status first (well under 1 s here).
+constexpr double kStoppedKillDelayS = 2.0;
+
+// SIGKILL to `pid` `delay_s` from now, by a detached grandchild (its own session, no open files),
+// so that it still happens after this process is gone. The job's abort goes first: mpirun reports
+// the exit status of the first process to end, and a peer killed before the abort reached it made
+// the job's status 137 instead of the watchdog's 5 (a race: 2 of 3 tries here, kill then
+// MPI_Abort). Only async-signal-safe calls after fork (the process has threads).
+bool kill_later(int pid, double delay_s) {
+  const long max_fd = sysconf(_SC_OPEN_MAX);
+  const struct timespec delay = {time_t(delay_s), long((delay_s - double(time_t(delay_s))) * 1e9)};
+  const pid_t child = fork();
+  if (child < 0) return false;
+  if (child == 0) {
+    if (fork() == 0) {
+      setsid();
+      for (long fd = 0; fd < (max_fd > 0 ? max_fd : 1024); ++fd) close(int(fd));
+      nanosleep(&delay, nullptr);
+      kill(pid, SIGKILL);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  return true;
 }
 
 std::string culprit_state(const SlotView& c, int rank) {
@@ -387,11 +419,13 @@ void Watchdog::check(int64_t now_ns) {
     v = judge_stall(views);
     if (timed_out) {
       std::string msg = stall_message(views, v, opts_.timeout_s, opts_.flag);
-      // A stopped peer process would outlive the job's abort (a signal to it stays pending, and
-      // mpirun waits for it): end it here, so that no rank is left behind.
+      // A stopped peer process can outlive the job's abort (a signal to it stays pending, and
+      // mpirun waited for it): it is ended shortly after the abort, so that no rank is left behind.
       for (const SlotView& x : views)
-        if (x.visible && !x.local && x.pid > 0 && x.proc_state == 'T' && kill(x.pid, SIGKILL) == 0)
-          msg += "; ended the stopped process " + std::to_string(x.pid) + " (SIGKILL)";
+        if (x.visible && !x.local && x.pid > 0 && x.proc_state == 'T' &&
+            kill_later(x.pid, kStoppedKillDelayS))
+          msg += "; the stopped process " + std::to_string(x.pid) + " is ended (SIGKILL) " +
+                 std::to_string(int(kStoppedKillDelayS)) + " s after the job's abort";
       opts_.on_timeout(msg);  // ends the process
       opts_.timeout_s = 0;  // a test's handler returns: say it once
       continue;
