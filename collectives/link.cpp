@@ -1,6 +1,6 @@
 // link.cpp: the emulated link: LinkFabric (the booking policy), book_step and the paced transport
 // (the seam both launchers pace at, and where the hosts' issue times arrive), and the query of the
-// registry's cost models. See link.h; tested by tests/test_link.cpp.
+// registry's cost models. See link.h; tested by tests/test_link.cpp and test_link_seam.cpp.
 #include "collectives/link.h"
 
 #include <sys/prctl.h>

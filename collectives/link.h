@@ -39,7 +39,7 @@
 // each algorithm's formula lives in its own file (e.g. ring.cpp: 2(k-1) (L + n/(k G))) and its
 // registry entry carries it. CPU work (sums, copies) is assumed to hide inside the emulated time,
 // which holds when the link is slow.
-// Tested by tests/test_link.cpp.
+// Tested by tests/test_link.cpp and tests/test_link_seam.cpp (book_step, the paced step).
 #pragma once
 #include <chrono>
 #include <cstddef>

@@ -8,8 +8,8 @@ failed, in place when nothing else can be written).
   state = SuiteState(out, mode, backend)   # a new manifest, or the one an interrupted run left
   state.tmp_path(name) ... state.record(entry) ... return state.finish()
 
-run_suite.py's Runner is a SuiteState that runs the steps; the peers (scripts/peerlib.py)
-record through it too. Standard library only.
+suite_runner.py's Runner (run_suite.py run) is a SuiteState that runs the steps; the peers
+(scripts/peerlib.py) record through it too. Standard library only.
 """
 import json
 import os

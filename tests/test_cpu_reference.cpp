@@ -1,8 +1,8 @@
 // test_cpu_reference.cpp: checks of the CPU backend (kernels/cpu) as the reference every backend is
 // compared with (test_op_table.cpp): forwards against naive loops, every backward against central
 // finite differences of its forward (L = sum(g * y) for a random g), conv at channel-blocked
-// shapes against a double reference, batch-norm running statistics and inference, exact memory
-// and communication ops, errors, and concurrent devices.
+// shapes against a double reference, batch-norm running statistics and inference. Memory and
+// communication ops, errors and concurrent devices: test_cpu_reference_device.cpp.
 // Run: ./build/dpb_tests --gtest_filter='CpuReference*' (about a second).
 #include <gtest/gtest.h>
 
@@ -11,50 +11,16 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <random>
-#include <thread>
 #include <vector>
 
 #include "src/core/check.h"
 #include "src/core/device.h"
-#include "kernels/cpu/cpu_device.h"
+#include "tests/cpu_reference_test_util.h"
 
 namespace dpb {
 namespace {
 
-using Vec = std::vector<float>;
-
-Vec rand_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  Vec v(n);
-  for (auto& x : v) x = u(g);
-  return v;
-}
-
-struct Ctx {  // a device plus helpers to move vectors in and out
-  std::unique_ptr<Device> dev;
-  explicit Ctx(int threads = 1) : dev(make_cpu_device(0, threads)) {}
-  Buffer buf(size_t n) { return Buffer(*dev, n, MemCategory::Temporaries, "test"); }
-  Buffer up(const Vec& v) {
-    Buffer b = buf(v.size());
-    dev->upload(b.get(), v.data(), v.size());
-    return b;
-  }
-  Vec down(const Buffer& b) {
-    Vec v(b.size());
-    dev->download(v.data(), b.get(), v.size());
-    return v;
-  }
-};
-
-void expect_near_all(const Vec& got, const Vec& want, float atol, float rtol, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int bad = 0;
-  for (size_t i = 0; i < got.size() && bad < 5; ++i)
-    if (!(std::fabs(got[i] - want[i]) <= atol + rtol * std::fabs(want[i])))
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << " want " << want[i], ++bad;
-}
+using namespace cpu_reference_test;
 
 // Checks grads[k] = dL/d(*inputs[k]) by central differences on every entry (400 evenly spread
 // ones for larger inputs); loss() reads the host-side inputs.
@@ -284,23 +250,6 @@ TEST(CpuReference, ReluAndElementwise) {
 
 // ---- batch norm ----
 
-struct BnBufs {  // device buffers for one batch-norm layer
-  Buffer x, gamma, beta, y, rm, rv, sm, si;
-  BnBufs(Ctx& t, const BnShape& s, const Vec& x_, const Vec& g_, const Vec& b_)
-      : x(t.up(x_)),
-        gamma(t.up(g_)),
-        beta(t.up(b_)),
-        y(t.buf(s.size())),
-        rm(t.up(Vec(s.c, 0.5f))),
-        rv(t.up(Vec(s.c, 2.0f))),
-        sm(t.buf(s.c)),
-        si(t.buf(s.c)) {}
-  void train(Device& d, const BnShape& s) {
-    d.batchnorm_forward_train(s, x.get(), gamma.get(), beta.get(), y.get(), rm.get(), rv.get(),
-                              sm.get(), si.get());
-  }
-};
-
 TEST(CpuReference, BatchNormTrainBackwardAndRunningStats) {
   Ctx t(1);
   const BnShape s{4, 3, 5};
@@ -425,85 +374,6 @@ TEST(CpuReference, SoftmaxXentLossGradAndAccuracy) {
   grad_check({&z}, {t.down(bd)}, f, 1e-2f, 1e-4f, 2e-3f, "softmax_xent");
   Buffer bad = t.up({7.0f});  // not a class id
   EXPECT_THROW(t.dev->softmax_xent(1, classes, bz.get(), bad.get(), 1, nullptr, st.get()), Error);
-}
-
-// ---- memory, communication, errors, threads ----
-
-TEST(CpuReference, AllocIsZeroFilledAndAligned) {
-  Ctx t(1);
-  for (size_t n : {size_t(0), size_t(1), size_t(17), size_t(100000)}) {
-    Buffer b(*t.dev, n, MemCategory::Temporaries, "test");
-    ASSERT_NE(b.get(), nullptr);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.get()) % 64, 0u);
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(b.get()[i], 0.0f) << i;  // the op table relies on it
-  }
-  try {
-    t.dev->alloc(size_t(1) << 60, MemCategory::Temporaries, "huge_activations");
-    FAIL() << "expected an allocation error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("huge_activations"), std::string::npos) << e.what();
-  }
-}
-
-TEST(CpuReference, CommReduceAndCopy) {
-  Ctx t(2);
-  for (size_t n : {size_t(0), size_t(1), size_t(1000003)}) {
-    Vec a(n), b(n);
-    for (size_t i = 0; i < n; ++i) a[i] = float(i % 1000), b[i] = 0.5f * float(i % 7);
-    Buffer da = t.up(a), db = t.up(b);
-    t.dev->comm_reduce(da.get(), db.get(), n);
-    Vec r = t.down(da);
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(r[i], a[i] + b[i]) << i;
-    t.dev->comm_copy(db.get(), da.get(), n);
-    r = t.down(db);
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(r[i], a[i] + b[i]) << i;
-  }
-}
-
-TEST(CpuReference, NameKindAndErrors) {
-  Ctx t(2);
-  EXPECT_EQ(t.dev->kind(), BackendKind::Cpu);
-  EXPECT_EQ(t.dev->name().rfind("cpu:0 (2 threads, oneDNN ", 0), 0u) << t.dev->name();
-  const ConvShape bad{1, 1, 2, 2, 1, 5, 5, 0, 1};  // kernel larger than the image
-  Buffer b = t.buf(64);
-  try {
-    t.dev->conv2d_forward(bad, b.get(), b.get(), b.get(), b.get());
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("conv"), std::string::npos) << e.what();
-  }
-}
-
-// Large ops take the OpenMP paths; devices on two threads (plus a comm loop beside one of them)
-// must agree with one device alone.
-TEST(CpuReference, ThreadedAndConcurrentDevicesAgree) {
-  const ConvShape s{8, 4, 24, 24, 8, 3, 3, 1, 1};
-  const BnShape bs{8, 8, 24 * 24};
-  const Vec x = rand_vec(s.x_size(), 24), w = rand_vec(s.w_size(), 25), b = rand_vec(s.k, 26);
-  auto run = [&](int threads, Vec& out) {
-    Ctx t(threads);
-    Device& d = *t.dev;
-    Buffer bx = t.up(x), bw = t.up(w), bb = t.up(b), y = t.buf(s.y_size()), y2 = t.buf(s.y_size());
-    BnBufs bn(t, bs, Vec(bs.size()), Vec(bs.c, 1.0f), Vec(bs.c, 0.0f));
-    for (int it = 0; it < 3; ++it) {
-      d.conv2d_forward(s, bx.get(), bw.get(), bb.get(), bn.x.get());
-      bn.train(d, bs);
-      d.relu_forward(bn.y.get(), y2.get(), s.y_size());
-      d.conv2d_backward(s, bx.get(), bw.get(), y2.get(), bx.get(), bw.get(), bb.get());
-    }
-    out = t.down(bw);
-  };
-  Vec ref, r1, r2, big(1 << 20, 1.0f), acc(1 << 20, 0.0f);
-  run(1, ref);
-  auto comm_dev = make_cpu_device(1, 2);
-  std::thread th1([&] { run(2, r1); }), th2([&] { run(1, r2); });
-  std::thread comm([&] {
-    for (int i = 0; i < 20; ++i) comm_dev->comm_reduce(acc.data(), big.data(), big.size());
-  });
-  th1.join(), th2.join(), comm.join();
-  expect_near_all(r1, ref, 1e-3f, 1e-3f, "2-thread device");
-  expect_near_all(r2, ref, 1e-5f, 1e-5f, "concurrent 1-thread device");
-  EXPECT_EQ(acc[12345], 20.0f);
 }
 
 }  // namespace
