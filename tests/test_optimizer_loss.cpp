@@ -29,39 +29,18 @@
 #include "src/train/optimizer.h"
 #include "src/train/step.h"
 #include "src/train/trainer.h"
+#include "tests/cpu_reference_test_util.h"
 #include "tests/train_test_util.h"
 
 namespace dpb {
 namespace {
 
-using Vec = std::vector<float>;
-
-Vec rand_vec(size_t n, uint32_t seed, float lo, float hi) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  Vec v(n);
-  for (auto& x : v) x = u(g);
-  return v;
-}
-
-struct Ctx {  // a CPU device (2 threads: the OpenMP path) and host <-> device helpers
-  std::unique_ptr<Device> dev = make_cpu_device(0, 2);
-  Buffer up(const Vec& v) {
-    Buffer b(*dev, v.size(), MemCategory::Temporaries, "test");
-    dev->upload(b.get(), v.data(), v.size());
-    return b;
-  }
-  Vec down(const Buffer& b) {
-    Vec v(b.size());
-    dev->download(v.data(), b.get(), v.size());
-    return v;
-  }
-};
+using namespace cpu_reference_test;  // Vec, rand_vec, Ctx (tests/cpu_reference_test_util.h)
 
 TEST(AdamStepCpu, FirstStepMovesEachWeightByLrTimesSign) {
   // m1 = (1-b1) g, v1 = (1-b2) g^2: the bias-corrected ratio is g / (|g| + eps), so with |g| >=
   // 0.01 each weight moves by lr * sign(g) within lr * 1e-6; a zero gradient moves nothing.
-  Ctx c;
+  Ctx c(2);  // 2 threads: the OpenMP path
   const size_t n = 100000;  // above cpu::kParallelMin: the parallel loop
   Vec w0 = rand_vec(n, 1, -1.f, 1.f), g = rand_vec(n, 2, 0.01f, 3.f);
   for (size_t i = 0; i < n; i += 2) g[i] = -g[i];
@@ -86,7 +65,7 @@ TEST(AdamStepCpu, FirstStepMovesEachWeightByLrTimesSign) {
 }
 
 TEST(AdamStepCpu, MatchesDoublePrecisionLoopOverSteps) {
-  Ctx c;
+  Ctx c(2);  // 2 threads: the OpenMP path
   const size_t n = 4099;
   const Vec w0 = rand_vec(n, 3, -1.f, 1.f);
   Buffer w = c.up(w0), m = c.up(Vec(n, 0.f)), v = c.up(Vec(n, 0.f));
@@ -111,7 +90,7 @@ TEST(AdamStepCpu, MatchesDoublePrecisionLoopOverSteps) {
 }
 
 TEST(AdamStepCpu, RefusesStepZero) {
-  Ctx c;
+  Ctx c(2);  // 2 threads: the OpenMP path
   Buffer w = c.up({1.f}), g = c.up({1.f}), m = c.up({0.f}), v = c.up({0.f});
   AdamStep s;
   s.t = 0;
@@ -128,7 +107,7 @@ TEST(MseLossCpu, HandComputedCase) {
   // Row 0: pred (0.5, 1, 0, 0), label 1: diffs (0.5, 0, 0, 0), loss 0.0625, argmax 1 (correct).
   // Row 1: pred (1, 0.5, 0.5, 0), label 3: diffs (1, 0.5, 0.5, -1), loss 2.5 / 4 = 0.625, argmax
   // 0 (wrong). scale 0.5: stats += (0.5 * 0.6875, 1); dpred = 0.5 * 2 / 4 * diffs. All exact.
-  Ctx c;
+  Ctx c(2);  // 2 threads: the OpenMP path
   Buffer pred = c.up({0.5f, 1.f, 0.f, 0.f, 1.f, 0.5f, 0.5f, 0.f}), lab = c.up({1.f, 3.f});
   Buffer stats = c.up({1.f, 2.f}), dpred = c.up(Vec(8, 7.f));
   c.dev->mse_loss(2, 4, pred.get(), lab.get(), 0.5f, dpred.get(), stats.get());
@@ -140,7 +119,7 @@ TEST(MseLossCpu, HandComputedCase) {
 }
 
 TEST(MseLossCpu, RefusesALabelThatIsNoClass) {
-  Ctx c;
+  Ctx c(2);  // 2 threads: the OpenMP path
   Buffer pred = c.up(Vec(8, 0.f)), lab = c.up({1.f, 4.f}), stats = c.up({0.f, 0.f});
   try {
     c.dev->mse_loss(2, 4, pred.get(), lab.get(), 1.f, nullptr, stats.get());
@@ -155,7 +134,7 @@ TEST(OptimizerTable, EntriesStateAndErrors) {
   EXPECT_EQ(find_optimizer("sgd").state_floats, 0);
   EXPECT_EQ(find_optimizer("adam").state_floats, 2);
   for (const OptimizerEntry& e : optimizers()) {  // state as the entry says, as optimizer state
-    Ctx c;
+    Ctx c(2);  // 2 threads: the OpenMP path
     const size_t n = 1024;  // a multiple of the CPU backend's 64-byte allocation granule
     const size_t before = c.dev->memory().current().total();
     std::unique_ptr<Optimizer> opt = e.make(*c.dev, n);
@@ -174,7 +153,7 @@ TEST(OptimizerTable, EntriesStateAndErrors) {
 
 TEST(OptimizerTable, AdamCountsItsSteps) {
   // The table's Adam equals adam_step with t = 1, 2, 3 on the same gradients.
-  Ctx c;
+  Ctx c(2);  // 2 threads: the OpenMP path
   const size_t n = 257;
   const Vec w0 = rand_vec(n, 21, -1.f, 1.f);
   Buffer wa = c.up(w0), wb = c.up(w0), m = c.up(Vec(n, 0.f)), v = c.up(Vec(n, 0.f));
@@ -192,7 +171,7 @@ TEST(OptimizerTable, AdamCountsItsSteps) {
 
 TEST(LossTable, EntriesCallTheirOps) {
   ASSERT_EQ(losses().size(), 2u);
-  Ctx c;
+  Ctx c(2);  // 2 threads: the OpenMP path
   Buffer pred = c.up({0.5f, 1.f, 0.f, 0.f}), lab = c.up({1.f}), stats = c.up({0.f, 0.f});
   find_loss("mse").apply(*c.dev, 1, 4, pred.get(), lab.get(), 1.f, nullptr, stats.get());
   EXPECT_EQ(c.down(stats), (Vec{0.0625f, 1.f}));
@@ -232,7 +211,7 @@ TEST(AdamTorch, MatchesFixture) {
     f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
     return v;
   };
-  Ctx c;
+  Ctx c(2);  // 2 threads: the OpenMP path
   Buffer w = c.up(read_vec(n)), g(*c.dev, size_t(n), MemCategory::Gradients, "gradients");
   std::unique_ptr<Optimizer> opt = find_optimizer("adam").make(*c.dev, size_t(n));
   double worst = 0;
