@@ -1,7 +1,8 @@
 // cpu_reference_test_util.h: helpers the CPU reference tests share (test_cpu_reference.cpp,
-// test_cpu_reference_device.cpp, test_optimizer_loss.cpp): random vectors, a CPU device with host <-> device copies,
-// an element-wise tolerance check, and one batch-norm layer's device buffers. In their own
-// namespace: names as short as Ctx and Vec stay out of dpb (the test files' `using namespace`).
+// test_cpu_reference_device.cpp, test_optimizer_loss.cpp): random vectors, a CPU device with
+// host <-> device copies, an element-wise tolerance check, and one batch-norm layer's device
+// buffers. In their own namespace: names as short as Ctx and Vec stay out of dpb (the test
+// files' `using namespace`).
 #pragma once
 #include <gtest/gtest.h>
 
