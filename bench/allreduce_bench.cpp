@@ -287,7 +287,7 @@ void register_collective(BenchEnv& env, const BackendEntry& b, Collective op) {
               " has nothing to communicate (it would time an empty call)";
       const size_t cap = cap_for(env.cfg(), b, k);
       if (!why.empty()) {
-        env.not_registered(bench_name(family, b, {alg}, k), allreduce_sizes(cap), why);
+        env.not_registered(bench_name(family, b, {alg}, k), cap, why);
         continue;
       }
       for (size_t bytes : allreduce_sizes(cap)) {

@@ -170,8 +170,8 @@ void register_collective_procs(BenchEnv& env, const BackendEntry& b, Collective 
       why = "a library's own collective, not paced by the emulated link (--dpb_link_gbps)";
     const size_t cap = std::min(cfg.max_bytes, cfg.max_total_bytes / size_t(k));
     if (!why.empty()) {
-      env.not_registered(family + "/" + b.name + "/" + alg + "/procs:" + std::to_string(k),
-                         allreduce_sizes(cap), why);
+      env.not_registered(family + "/" + b.name + "/" + alg + "/procs:" + std::to_string(k), cap,
+                         why);
       continue;
     }
     for (size_t bytes : allreduce_sizes(cap)) {

@@ -112,9 +112,9 @@ class BenchEnv {
   }
 
   // A configuration left out of the run (it cannot run, or would time nothing): `base` is its
-  // name without the size, `sizes` the sizes it would have run. Reported by
-  // report_not_registered() once registration is over.
-  void not_registered(const std::string& base, const std::vector<size_t>& sizes, const std::string& why);
+  // name without the size, `cap` the largest size it would have run (allreduce_sizes(cap)).
+  // Reported by report_not_registered() once registration is over.
+  void not_registered(const std::string& base, size_t cap, const std::string& why);
   // Prints, on stderr, the left-out configurations the --benchmark_filter selects, one line per
   // reason; returns how many it printed.
   size_t report_not_registered() const;
@@ -137,7 +137,7 @@ class BenchEnv {
   std::map<int, HostBatch> batches_;
   struct Skipped {
     std::string base, why;
-    std::vector<size_t> sizes;
+    size_t cap;
   };
   std::vector<Skipped> skipped_;
   std::mutex trace_mu_;  // the trace, from the framework's thread (one benchmark at a time)

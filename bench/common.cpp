@@ -86,15 +86,15 @@ std::string bench_name(const std::string& family, const BackendEntry& b, const s
   return s;
 }
 
-void BenchEnv::not_registered(const std::string& base, const std::vector<size_t>& sizes,
-                              const std::string& why) {
-  skipped_.push_back({base, why, sizes});
+void BenchEnv::not_registered(const std::string& base, size_t cap, const std::string& why) {
+  skipped_.push_back({base, why, cap});
 }
 
 size_t BenchEnv::report_not_registered() const {
   // Google Benchmark's --benchmark_filter: a regex searched in each full name ("" and "all": every
   // benchmark; a leading '-' selects what does not match). Here a left-out configuration is
-  // selected when the filter selects its name with a slash or any of its sizes' full names.
+  // selected when the filter selects its name with a slash or any of its sizes' full names (the
+  // sizes are listed only then, and only for a filter).
   std::string filter = benchmark::GetBenchmarkFilter();
   bool negate = !filter.empty() && filter[0] == '-';
   if (negate) filter.erase(0, 1);
@@ -113,8 +113,9 @@ size_t BenchEnv::report_not_registered() const {
   std::vector<std::string> order;
   for (const Skipped& s : skipped_) {
     bool sel = selected(s.base + "/");
-    for (size_t i = 0; !sel && i < s.sizes.size(); ++i)
-      sel = selected(s.base + "/bytes:" + std::to_string(s.sizes[i]) + "/manual_time");
+    if (!sel)
+      for (size_t bytes : allreduce_sizes(s.cap))
+        if ((sel = selected(s.base + "/bytes:" + std::to_string(bytes) + "/manual_time"))) break;
     if (!sel) continue;
     auto [it, fresh] = by_why.try_emplace(s.why);
     if (fresh) order.push_back(s.why);
