@@ -309,6 +309,21 @@ int train_main(TrainArgs& t) {
   LaunchEnv env;
   std::optional<MpiSession> mpi;
   std::optional<Watchdog> dog;  // after mpi: stopped before MPI_Finalize
+  // Exit 3, one message (every process ends: the job's abort).
+  auto out_of_memory = [&](const std::string& msg) {
+    if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), msg, 3);
+    std::fprintf(stderr, "dpbench: %s\n", msg.c_str());
+    return 3;
+  };
+  // Exit `code`, the message with its rank under mpirun ("error: " for bad input, code 2).
+  auto failed = [&](const std::string& msg, int code) {
+    if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), msg, code);  // ends every process
+    if (env.processes)
+      std::fprintf(stderr, "dpbench: %s\n", rank_error_message(env.rank, msg).c_str());
+    else
+      std::fprintf(stderr, "dpbench: %s%s\n", code == 2 ? "error: " : "", msg.c_str());
+    return code;
+  };
   try {
     env = detect_launch_env();
     t.run->apply();  // every value checked by the shared table, before any work
@@ -334,36 +349,18 @@ int train_main(TrainArgs& t) {
     if (!env.processes || env.rank == 0) std::fprintf(stderr, "dpbench: %s\n", e.what());
     return 4;
   } catch (const OutOfMemory& e) {  // emulated (--device-mem) or real: exit 3, one message
-    if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), e.what(), 3);  // ends every process
-    std::fprintf(stderr, "dpbench: %s\n", e.what());
-    return 3;
+    return out_of_memory(e.what());
   } catch (const std::bad_alloc&) {  // the host heap refused (ulimit -v) outside the ledger
-    const std::string msg = "out of memory: the host heap refused an allocation" + address_limit_note();
-    if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), msg, 3);
-    std::fprintf(stderr, "dpbench: %s\n", msg.c_str());
-    return 3;
+    return out_of_memory("out of memory: the host heap refused an allocation" + address_limit_note());
   } catch (const std::system_error& e) {
     // A thread that could not start (EAGAIN): under ulimit -v its stack was refused, memory.
-    const bool no_thread = e.code() == std::errc::resource_unavailable_try_again;
-    const std::string msg =
-        no_thread && address_space_limit()
-            ? std::string("out of memory: could not start a thread (") + e.what() +
-                  "): its stack could not be mapped" + address_limit_note()
-            : e.what();
-    const int code = no_thread && address_space_limit() ? 3 : 2;
-    if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), msg, code);
-    if (env.processes)
-      std::fprintf(stderr, "dpbench: %s\n", rank_error_message(env.rank, msg).c_str());
-    else
-      std::fprintf(stderr, "dpbench: %s%s\n", code == 3 ? "" : "error: ", msg.c_str());
-    return code;
+    if (e.code() == std::errc::resource_unavailable_try_again && address_space_limit())
+      return failed(std::string("out of memory: could not start a thread (") + e.what() +
+                        "): its stack could not be mapped" + address_limit_note(),
+                    3);
+    return failed(e.what(), 2);
   } catch (const std::exception& e) {
-    if (mpi && mpi->size() > 1) mpi_abort_job(mpi->rank(), e.what());  // ends every process
-    if (env.processes)
-      std::fprintf(stderr, "dpbench: %s\n", rank_error_message(env.rank, e.what()).c_str());
-    else
-      std::fprintf(stderr, "dpbench: error: %s\n", e.what());
-    return 2;
+    return failed(e.what(), 2);
   }
 }
 
