@@ -188,7 +188,15 @@ uint64_t schedule_sent_bytes(Collective c, const std::string& algorithm, size_t 
   DPB_CHECK(nodes >= 1 && k % nodes == 0,
             collective_name(c) << " " << algorithm << ": " << k << " ranks do not split into "
                                << nodes << " nodes of equal size");
-  SentBytesQuery q{c, n, k, rank, kind, tune_file, nodes, "ring", "ring", link};  // auto: link
+  SentBytesQuery q;  // by field, the rest (hier's inner algorithms) left at their defaults
+  q.op = c;
+  q.n = n;
+  q.k = k;
+  q.rank = rank;
+  q.kind = kind;
+  q.tune_file = tune_file;
+  q.nodes = nodes;
+  q.link = link;  // auto weighs hier on it
   return e.sent_bytes(q);
 }
 
