@@ -9,23 +9,17 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "src/core/device.h"
+#include "kernels/conformance/op_case_io.h"
 #include "kernels/cpu/cpu_device.h"
 
 namespace dpb::cpu_reference_test {
 
 using Vec = std::vector<float>;
 
-inline Vec rand_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  Vec v(n);
-  for (auto& x : v) x = u(g);
-  return v;
-}
+using op_case_io::rand_vec;  // uniform in [lo, hi), the op table's inputs (op_case_io.h)
 
 struct Ctx {  // a device plus helpers to move vectors in and out
   std::unique_ptr<Device> dev;
